@@ -1,0 +1,112 @@
+"""``spica`` command line: validate, schema, space, evaluate, sweep.
+
+User errors (bad config, missing files, nothing viable) print a clear message and exit 2,
+never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Callable, Sequence
+
+EXIT_OK, EXIT_NO_RESULT, EXIT_USAGE = 0, 1, 2
+
+
+def _quiet_environment() -> None:
+    """Defaults that keep the engines' logs out of the user's terminal and Prefect offline."""
+    os.environ.setdefault("DYN_LOG", "error")
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from spica_core.config import SmartSearchConfig
+    from spica_core.summary import describe
+
+    config = SmartSearchConfig.from_yaml(args.config)
+    print(describe(config))
+    return EXIT_OK
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from spica_core.config import SmartSearchConfig
+
+    print(json.dumps(SmartSearchConfig.model_json_schema(), indent=2))
+    return EXIT_OK
+
+
+def cmd_space(args: argparse.Namespace) -> int:
+    from spica_cli.space import space_command
+
+    return space_command(args.config, args.json)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from spica_cli.evaluate import evaluate_command
+
+    return evaluate_command(args.config, args.json)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from spica_core.config import SmartSearchConfig
+
+    SmartSearchConfig.from_yaml(args.config)  # fail fast, before Prefect starts its server
+    from flows.sweep import sweep
+
+    run_dir = sweep(config_path=args.config, runs_root=args.runs_root, run_dir=args.run_dir)
+    print(f"run folder: {run_dir}")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="spica", description="Find the best Dynamo deployment by replaying "
+                                     "your traffic through Dynamo's offline replay.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name: str, fn: Callable[[argparse.Namespace], int], help_: str, config: bool = True) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=help_)
+        if config:
+            p.add_argument("config", help="SmartSearchConfig YAML file")
+        p.set_defaults(fn=fn)
+        return p
+
+    add("validate", cmd_validate, "check a config and print its normalised summary")
+    add("schema", cmd_schema, "print the JSON Schema of the config", config=False)
+    add("space", cmd_space, "list the deployments a config may try, per mode and backend").add_argument(
+        "--json", action="store_true", help="machine-readable output (see docs/space.md)")
+    add("evaluate", cmd_evaluate, "replay one fully pinned candidate and print its metrics and score").add_argument(
+        "--json", action="store_true", help="one JSON object instead of text")
+    p = add("sweep", cmd_sweep, "run the sweep flow and write its artifacts under runs/<run id>/")
+    p.add_argument("--run-dir", default=None, help="write the run here instead of runs/<run id>/")
+    p.add_argument("--runs-root", default="runs", help="parent folder of run folders (default: runs)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    _quiet_environment()
+    args = build_parser().parse_args(argv)
+    from spica_core.errors import SpicaError
+
+    try:
+        return args.fn(args)
+    except SpicaError as exc:
+        return _fail(str(exc))
+    except (FileNotFoundError, FileExistsError, IsADirectoryError, PermissionError) as exc:
+        return _fail(str(exc))
+    except KeyboardInterrupt:
+        print("interrupted; finished stages are kept in the run folder", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,592 @@
+"""SmartSearchConfig: the user's YAML as typed, validated, normalised objects (reference §1–§5).
+
+Every model forbids unknown keys. Loading turns pydantic's errors into :class:`Issue` records
+that name the YAML path, the offending value and what is allowed.
+"""
+from __future__ import annotations
+
+import math
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Callable, Union
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StrictBool,
+    StrictInt,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from .choices import (
+    COMPOSITE_DICT_KEYS,
+    COMPOSITE_PRESETS,
+    COMPOSITE_REQUIRED_KEYS,
+    KNOB_DEFAULTS,
+    SEARCH_CHOICES,
+    decode_composite,
+)
+from .errors import ConfigError, FieldError, Issue
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+# ---------------------------------------------------------------- knob item types
+
+
+def _member_of(knob: str) -> Callable[[Any], Any]:
+    allowed = SEARCH_CHOICES[knob]
+
+    def check(value: Any) -> Any:
+        if value not in allowed or isinstance(value, bool):
+            raise ValueError(f"not an allowed value; allowed: {list(allowed)}")
+        return value
+
+    return check
+
+
+def _no_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("a number is required, not a boolean")
+    return value
+
+
+def _atomic(knob: str, item: type) -> Any:
+    """A list knob: non-empty, every entry in SEARCH_CHOICES[knob]; duplicates dropped, order kept."""
+    element = Annotated[item, BeforeValidator(_no_bool), AfterValidator(_member_of(knob))]
+    return Annotated[
+        list[element],  # type: ignore[valid-type]
+        Field(default_factory=lambda: list(KNOB_DEFAULTS[knob]), min_length=1,
+              description=f"allowed: {list(SEARCH_CHOICES[knob])}"),
+        AfterValidator(_dedupe),
+    ]
+
+
+def _dedupe(values: list[Any]) -> list[Any]:
+    seen: list[Any] = []
+    for v in values:
+        if v not in seen:
+            seen.append(v)
+    return seen
+
+
+def _composite_entry(knob: str) -> Callable[[Any], Any]:
+    presets = COMPOSITE_PRESETS[knob]
+    allowed_keys = COMPOSITE_DICT_KEYS[knob]
+    required = COMPOSITE_REQUIRED_KEYS[knob]
+
+    def check(entry: Any) -> Any:
+        if isinstance(entry, str):
+            if entry not in presets:
+                raise ValueError(f"unknown preset; allowed presets: {list(presets)} (or a dict entry)")
+            return entry
+        if isinstance(entry, dict):
+            if not entry:
+                raise ValueError(f"an empty dict is not allowed; give the keys {list(required)}")
+            unknown = [k for k in entry if k not in allowed_keys]
+            if unknown:
+                raise ValueError(f"unknown key(s) {unknown}; allowed keys: {list(allowed_keys)}")
+            missing = [k for k in required if k not in entry]
+            if missing:
+                raise ValueError(f"missing key(s) {missing}: a dict entry must be self-contained "
+                                 f"(required: {list(required)})")
+            return entry
+        raise ValueError(f"must be a preset id {list(presets)} or a dict with keys {list(allowed_keys)}")
+
+    return check
+
+
+def _composite(knob: str) -> Any:
+    element = Annotated[Union[str, dict[str, Any]], BeforeValidator(_composite_entry(knob))]
+    return Annotated[
+        list[element],  # type: ignore[valid-type]
+        Field(default_factory=lambda: list(KNOB_DEFAULTS[knob]), min_length=1,
+              description=f"preset ids {list(COMPOSITE_PRESETS[knob])} and/or dict entries with keys "
+                          f"{list(COMPOSITE_DICT_KEYS[knob])}"),
+        AfterValidator(_dedupe),
+    ]
+
+
+PositiveInt = Annotated[StrictInt, Field(gt=0)]
+
+
+class ParallelShape(_Model):
+    """One worker shape with its replica count; ``pp`` is accepted but only 1 is ever legal."""
+
+    tp: PositiveInt
+    attention_dp: PositiveInt = 1
+    moe_tp: PositiveInt = 1
+    moe_ep: PositiveInt = 1
+    pp: PositiveInt = 1
+    replicas: PositiveInt = 1
+
+
+class DisaggParallel(_Model):
+    prefill: ParallelShape
+    decode: ParallelShape
+
+
+def _parallel_kind(value: Any) -> str:
+    if isinstance(value, dict) and ("prefill" in value or "decode" in value):
+        return "disagg"
+    if isinstance(value, (ParallelShape,)):
+        return "agg"
+    if isinstance(value, DisaggParallel):
+        return "disagg"
+    return "agg"
+
+
+ParallelEntry = Annotated[
+    Union[Annotated[ParallelShape, Tag("agg")], Annotated[DisaggParallel, Tag("disagg")]],
+    Discriminator(_parallel_kind),
+]
+
+
+# ---------------------------------------------------------------- search_space (§2)
+
+
+class SearchSpace(_Model):
+    # deployment (§2.2)
+    deployment_mode: _atomic("deployment_mode", str)
+    backend: _atomic("backend", str)
+    parallel_configs: list[ParallelEntry] = Field(
+        default_factory=list, description="[] derives the pool; one entry pins; several form a menu")
+    model_name: str = Field(min_length=1, description="Hugging Face id bundled with aiconfigurator-core, or a local folder")
+    hardware_sku: str = Field(min_length=1, description="aiconfigurator-core system id, e.g. h200_sxm")
+    gpu_budget: PositiveInt = 32
+    min_gpu_budget: PositiveInt | None = None
+    min_endpoint: PositiveInt | None = None
+    context_length: PositiveInt | None = None
+    startup_time: Annotated[float, Field(ge=0), BeforeValidator(_no_bool)] | None = None
+    aic_nextn: Annotated[StrictInt, Field(ge=0, le=5)] | None = None
+
+    # prefill / decode / agg engines (§2.3–§2.5)
+    prefill_max_num_batched_tokens: _atomic("prefill_max_num_batched_tokens", int)
+    prefill_max_num_seqs: _atomic("prefill_max_num_seqs", int)
+    prefill_block_size: PositiveInt = 64
+    prefill_gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
+    prefill_enable_prefix_caching: StrictBool = True
+    decode_max_num_batched_tokens: _atomic("decode_max_num_batched_tokens", int)
+    decode_max_num_seqs: _atomic("decode_max_num_seqs", int)
+    decode_block_size: PositiveInt = 64
+    decode_gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
+    decode_enable_prefix_caching: StrictBool = False
+    agg_max_num_batched_tokens: _atomic("agg_max_num_batched_tokens", int)
+    agg_max_num_seqs: _atomic("agg_max_num_seqs", int)
+    agg_block_size: PositiveInt = 64
+    agg_gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
+    agg_enable_prefix_caching: StrictBool = True
+
+    # KV manager: G2 host offload (§2.6)
+    num_g2_blocks: Annotated[StrictInt, Field(ge=0)] = 0
+    kv_bytes_per_token: PositiveInt | None = None
+    bandwidth_g1_to_g2_gbps: Annotated[float, Field(gt=0)] | None = None
+    bandwidth_g2_to_g1_gbps: Annotated[float, Field(gt=0)] | None = None
+    offload_batch_size: PositiveInt | None = None
+
+    # router (§2.7) and admission control (§2.8)
+    router_mode: _atomic("router_mode", str)
+    overlap_score_credit: _atomic("overlap_score_credit", float)
+    prefill_load_scale: _atomic("prefill_load_scale", float)
+    router_temperature: _atomic("router_temperature", float)
+    host_cache_hit_weight: _atomic("host_cache_hit_weight", float)
+    disk_cache_hit_weight: _atomic("disk_cache_hit_weight", float)
+    active_decode_blocks_threshold: PositiveInt | None = None
+    active_prefill_tokens_threshold: PositiveInt | None = None
+    active_prefill_tokens_threshold_frac: Annotated[float, Field(gt=0)] | None = None
+    no_admission_control: StrictBool = False
+
+    # planner composites and load predictor (§2.9)
+    planner_scaling_policy: _composite("planner_scaling_policy")
+    planner_fpm_sampling: _composite("planner_fpm_sampling")
+    planner_load_sensitivity: _composite("planner_load_sensitivity")
+    load_predictor_candidates: _composite("load_predictor_candidates")
+
+    @model_validator(mode="after")
+    def _rules(self) -> SearchSpace:
+        if self.min_gpu_budget is not None and self.min_gpu_budget > self.gpu_budget:
+            raise FieldError("min_gpu_budget", f"must satisfy 0 < min_gpu_budget <= gpu_budget ({self.gpu_budget})",
+                             self.min_gpu_budget, True)
+        if self.num_g2_blocks > 0 and self.kv_bytes_per_token is None:
+            raise FieldError("kv_bytes_per_token",
+                             "is required when num_g2_blocks > 0 (host offload needs the KV size per token)")
+        if "kv_router" in self.router_mode:
+            for name in ("active_decode_blocks_threshold", "active_prefill_tokens_threshold",
+                         "active_prefill_tokens_threshold_frac"):
+                if getattr(self, name) is not None:
+                    raise FieldError(name, "admission control is not supported by the Dynamo replay API when "
+                                     "router_mode includes kv_router; leave it unset or search round_robin only",
+                                     getattr(self, name), True)
+            if self.no_admission_control:
+                raise FieldError("no_admission_control", "must be false when router_mode includes kv_router "
+                                 "(not supported by the Dynamo replay API)", True, True)
+        if self.parallel_configs:
+            if len(self.deployment_mode) != 1:
+                raise FieldError("deployment_mode", "must list exactly one mode when parallel_configs is set",
+                                 self.deployment_mode, True)
+            mode = self.deployment_mode[0]
+            want = DisaggParallel if mode == "disagg" else ParallelShape
+            for i, entry in enumerate(self.parallel_configs):
+                if not isinstance(entry, want):
+                    shape = ("{prefill: {tp: ...}, decode: {tp: ...}}" if mode == "disagg"
+                             else "{tp: ..., attention_dp, moe_tp, moe_ep, pp, replicas}")
+                    raise FieldError(f"parallel_configs[{i}]", f"a {mode} entry must look like {shape}",
+                                     entry.model_dump(), True)
+        return self
+
+
+# ---------------------------------------------------------------- workload (§5)
+
+
+def _finite_nonneg(value: Any, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise FieldError(path, "must be a number", value, True)
+    if not math.isfinite(value) or value < 0:
+        raise FieldError(path, "must be finite and >= 0", value, True)
+    return float(value)
+
+
+_SYNTHETIC_FIELDS = ("isl", "osl", "request_rate", "concurrency", "kv_load_ratio", "num_request_ratio")
+
+
+class Workload(_Model):
+    isl: PositiveInt | None = None
+    osl: PositiveInt | None = None
+    concurrency: PositiveInt | None = None
+    kv_load_ratio: Any = Field(default=None, description="number >= 0, or [min, max] (pareto only)",
+                               json_schema_extra={"anyOf": [{"type": "number", "minimum": 0},
+                                                            {"type": "array", "items": {"type": "number"},
+                                                             "minItems": 2, "maxItems": 2},
+                                                            {"type": "null"}]})
+    request_rate: Annotated[float, Field(gt=0), BeforeValidator(_no_bool)] | None = None
+    num_request_ratio: Annotated[float, Field(gt=0), BeforeValidator(_no_bool)] | None = None
+    shared_prefix_ratio: Annotated[float, Field(ge=0, le=1)] = 0.0
+    num_prefix_groups: Annotated[StrictInt, Field(ge=0)] = 0
+    turns_per_session: PositiveInt = 1
+    inter_turn_delay_ms: Annotated[float, Field(ge=0)] = 0.0
+    trace_path: str | None = None
+    trace_format: str = "mooncake"
+    arrival_speedup_ratio: Annotated[float, Field(gt=0)] = 1.0
+    replay_concurrency: PositiveInt | None = None
+
+    @field_validator("kv_load_ratio", mode="before")
+    @classmethod
+    def _kv_load_ratio(cls, value: Any) -> float | list[float] | None:
+        if value is None:
+            return None
+        if isinstance(value, (list, tuple)):
+            if len(value) != 2:
+                raise FieldError("", "a range must have exactly 2 values [min, max]", value, True)
+            lo, hi = (_finite_nonneg(v, f"[{i}]") for i, v in enumerate(value))
+            if not lo < hi:
+                raise FieldError("", "a range needs min < max", value, True)
+            return [lo, hi]
+        return _finite_nonneg(value, "")
+
+    @property
+    def is_trace(self) -> bool:
+        return self.trace_path is not None
+
+    @property
+    def kv_load_range(self) -> tuple[float, float] | None:
+        return tuple(self.kv_load_ratio) if isinstance(self.kv_load_ratio, list) else None  # type: ignore[return-value]
+
+    @model_validator(mode="after")
+    def _shape(self) -> Workload:
+        if self.is_trace:
+            for name in _SYNTHETIC_FIELDS:
+                if getattr(self, name) is not None:
+                    raise FieldError(name, "is a synthetic-workload field and cannot be combined with trace_path",
+                                     getattr(self, name), True)
+            return self
+        if self.replay_concurrency is not None:
+            raise FieldError("replay_concurrency", "only applies to trace workloads; use concurrency for synthetic",
+                             self.replay_concurrency, True)
+        loads = [n for n in ("request_rate", "concurrency", "kv_load_ratio") if getattr(self, n) is not None]
+        if len(loads) != 1:
+            raise FieldError("", "a synthetic workload needs exactly one of request_rate, concurrency, "
+                             f"kv_load_ratio (got {loads or 'none'}); or set trace_path")
+        for name in ("isl", "osl", "num_request_ratio"):
+            if getattr(self, name) is None:
+                raise FieldError(name, "is required for a synthetic workload (isl, osl, num_request_ratio)")
+        return self
+
+
+# ---------------------------------------------------------------- goal (§4)
+
+
+class OptimizationTarget(str, Enum):
+    throughput = "throughput"
+    throughput_per_gpu = "throughput_per_gpu"
+    throughput_per_user = "throughput_per_user"
+    e2e_latency = "e2e_latency"
+    goodput = "goodput"
+    goodput_per_gpu = "goodput_per_gpu"
+    pareto = "pareto"
+
+
+GOODPUT_TARGETS = frozenset({OptimizationTarget.goodput, OptimizationTarget.goodput_per_gpu})
+MINIMIZED_TARGETS = frozenset({OptimizationTarget.e2e_latency})
+DEFAULT_PARETO = (OptimizationTarget.throughput_per_gpu, OptimizationTarget.throughput_per_user)
+
+
+class SLATarget(_Model):
+    ttft_ms: Annotated[float, Field(gt=0)] | None = None
+    itl_ms: Annotated[float, Field(gt=0)] | None = None
+    e2e_ms: Annotated[float, Field(gt=0)] | None = None
+
+    @property
+    def satisfies_goodput(self) -> bool:
+        return self.e2e_ms is not None or (self.ttft_ms is not None and self.itl_ms is not None)
+
+
+class OptimizationGoal(_Model):
+    target: OptimizationTarget = OptimizationTarget.throughput
+    sla: SLATarget | None = None
+    pareto_objectives: list[OptimizationTarget] | None = None
+
+    @property
+    def objectives(self) -> tuple[OptimizationTarget, ...]:
+        """The effective objective set: {target}, or the resolved Pareto list."""
+        if self.target is OptimizationTarget.pareto:
+            return tuple(self.pareto_objectives) if self.pareto_objectives else DEFAULT_PARETO
+        return (self.target,)
+
+    @property
+    def is_pareto(self) -> bool:
+        return self.target is OptimizationTarget.pareto
+
+    @model_validator(mode="after")
+    def _rules(self) -> OptimizationGoal:
+        if self.pareto_objectives is not None:
+            if not self.is_pareto:
+                raise FieldError("pareto_objectives", "is only allowed when target is pareto",
+                                 [o.value for o in self.pareto_objectives], True)
+            objs = self.pareto_objectives
+            if len(objs) < 2:
+                raise FieldError("pareto_objectives", "needs at least 2 objectives", [o.value for o in objs], True)
+            if OptimizationTarget.pareto in objs:
+                i = objs.index(OptimizationTarget.pareto)
+                raise FieldError(f"pareto_objectives[{i}]", "pareto cannot be a Pareto objective", "pareto", True)
+            if len(set(objs)) != len(objs):
+                raise FieldError("pareto_objectives", "objectives must be distinct", [o.value for o in objs], True)
+        if GOODPUT_TARGETS & set(self.objectives):
+            if self.sla is None or not self.sla.satisfies_goodput:
+                raise FieldError("sla", "a goodput objective needs an SLA with e2e_ms, or both ttft_ms and itl_ms",
+                                 self.sla.model_dump(exclude_none=True) if self.sla else None, True)
+        return self
+
+
+# ---------------------------------------------------------------- sweep (§6)
+
+
+class SweepPolicy(str, Enum):
+    rapid = "rapid"
+    thorough = "thorough"
+
+
+class VizierAlgorithm(str, Enum):
+    DEFAULT = "DEFAULT"  # GP-UCB-PE
+    GAUSSIAN_PROCESS_BANDIT = "GAUSSIAN_PROCESS_BANDIT"
+    RANDOM_SEARCH = "RANDOM_SEARCH"
+    QUASI_RANDOM_SEARCH = "QUASI_RANDOM_SEARCH"
+
+
+class SweepConfig(_Model):
+    max_rounds: PositiveInt = 20
+    parallel_evals: PositiveInt = 16
+    candidates_per_round: PositiveInt | None = None
+    max_eval_seconds: Annotated[float, Field(gt=0)] | None = 600.0
+    seed: Annotated[StrictInt, Field(ge=0)] = 0
+    policy: SweepPolicy = SweepPolicy.rapid
+    algorithm: VizierAlgorithm = VizierAlgorithm.DEFAULT
+
+    @property
+    def per_round(self) -> int:
+        return self.candidates_per_round or self.parallel_evals
+
+
+# ---------------------------------------------------------------- the whole config (§1)
+
+
+class SmartSearchConfig(_Model):
+    search_space: SearchSpace
+    workload: Workload
+    goal: OptimizationGoal = Field(default_factory=OptimizationGoal)
+    sweep: SweepConfig = Field(default_factory=SweepConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_pareto_kv_load_ratio(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        goal, workload = data.get("goal"), data.get("workload")
+        if (isinstance(goal, dict) and goal.get("target") == "pareto" and isinstance(workload, dict)
+                and workload.get("trace_path") is None
+                and all(workload.get(k) is None for k in ("request_rate", "concurrency", "kv_load_ratio"))):
+            data = {**data, "workload": {**workload, "kv_load_ratio": [0.0, 1.0]}}
+        return data
+
+    @model_validator(mode="after")
+    def _rules(self) -> SmartSearchConfig:
+        if self.workload.kv_load_range is not None and not self.goal.is_pareto:
+            raise FieldError("workload.kv_load_ratio", "a [min, max] range is only allowed when goal.target is "
+                             "pareto; give a single ratio", self.workload.kv_load_ratio, True)
+        if self.sweep.policy is SweepPolicy.thorough and self.workload.kv_load_range is not None:
+            raise FieldError("sweep.policy", "thorough enumerates a finite space and rejects the continuous "
+                             "workload.kv_load_ratio range; use policy rapid or a single ratio", "thorough", True)
+        return self
+
+    # ------------------------------------------------------------ loading
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> SmartSearchConfig:
+        """Parse and validate a YAML file; raises ConfigError listing every problem."""
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            raise ConfigError(str(path), [Issue("", "config file not found")]) from None
+        except OSError as exc:
+            raise ConfigError(str(path), [Issue("", f"cannot read config file: {exc.strerror}")]) from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
+            raise ConfigError(str(path), [Issue("", f"malformed YAML at {where}: {exc.problem or exc}")]) from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(str(path), [Issue("", f"malformed YAML: {exc}")]) from None
+        config = cls.from_dict(data, source=str(path))
+        config.check_files(path.parent)
+        return config
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<config>") -> SmartSearchConfig:
+        if not isinstance(data, dict):
+            raise ConfigError(source, [Issue("", "the config must be a mapping with search_space, workload, "
+                                             "goal and sweep", data, True)])
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(source, issues_from(exc, data)) from None
+
+    def trace_file(self, base_dir: str | Path) -> Path | None:
+        """The trace path resolved against the config file's folder (absolute paths unchanged)."""
+        if self.workload.trace_path is None:
+            return None
+        p = Path(self.workload.trace_path).expanduser()
+        return p if p.is_absolute() else Path(base_dir) / p
+
+    def check_files(self, base_dir: str | Path) -> None:
+        trace = self.trace_file(base_dir)
+        if trace is not None and not trace.is_file():
+            raise ConfigError("config", [Issue("workload.trace_path", f"trace file not found: {trace}",
+                                               self.workload.trace_path, True)])
+
+    def normalised(self) -> dict[str, Any]:
+        """The canonical JSON-able form: defaults filled, duplicates removed, injections applied."""
+        return self.model_dump(mode="json")
+
+
+# ---------------------------------------------------------------- error translation
+
+
+def _format_loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("agg", "disagg") and out.endswith("]"):
+            continue  # discriminator tags are not YAML keys
+        elif part in ("str", "dict[str,any]", "function-before[check()]", "function-after[check()]"):
+            continue
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+_MODELS_AT: dict[str, type[BaseModel]] = {
+    "": SmartSearchConfig, "search_space": SearchSpace, "workload": Workload, "goal": OptimizationGoal,
+    "sweep": SweepConfig, "goal.sla": SLATarget,
+}
+
+
+def _allowed_keys(parent: str) -> list[str] | None:
+    import re
+
+    model = _MODELS_AT.get(parent)
+    if model is None and re.fullmatch(r"search_space\.parallel_configs\[\d+\](\.(prefill|decode))?", parent):
+        model = ParallelShape if parent.endswith(("prefill", "decode", "]")) else None
+        if parent.endswith("]"):
+            return list(ParallelShape.model_fields) + ["(disagg: prefill, decode)"]
+    return list(model.model_fields) if model else None
+
+
+def _lookup(data: Any, loc: tuple[Any, ...]) -> tuple[bool, Any]:
+    cur = data
+    for part in loc:
+        if isinstance(cur, dict) and part in cur:
+            cur = cur[part]
+        elif isinstance(cur, list) and isinstance(part, int) and part < len(cur):
+            cur = cur[part]
+        elif part in ("agg", "disagg"):
+            continue
+        else:
+            return False, None
+    return True, cur
+
+
+def issues_from(exc: ValidationError, data: Any) -> list[Issue]:
+    """Turn pydantic errors into YAML-path issues with value and allowed values."""
+    issues: list[Issue] = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        path = _format_loc(loc)
+        ctx_error = (err.get("ctx") or {}).get("error")
+        if isinstance(ctx_error, FieldError):
+            sub = ctx_error.rel_path
+            full = ".".join(p for p in (path, sub) if p).replace(".[", "[")
+            issues.append(Issue(full, ctx_error.message, ctx_error.value, ctx_error.has_value))
+            continue
+        msg = err["msg"]
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, "):]
+        if err["type"] == "extra_forbidden":
+            parent = _format_loc(loc[:-1])
+            allowed = _allowed_keys(parent)
+            msg = "unknown key" + (f"; allowed keys: {allowed}" if allowed else "")
+            issues.append(Issue(path, msg))
+            continue
+        if err["type"] == "missing":
+            issues.append(Issue(path, "is required"))
+            continue
+        found, value = _lookup(data, loc)
+        issues.append(Issue(path, msg, value, found))
+    # de-duplicate (union branches can report the same path twice)
+    unique: list[Issue] = []
+    for issue in issues:
+        if issue not in unique:
+            unique.append(issue)
+    return unique
+
+
+def load_config(path: str | Path) -> SmartSearchConfig:
+    return SmartSearchConfig.from_yaml(path)
+
+
+__all__ = [
+    "SmartSearchConfig", "SearchSpace", "Workload", "OptimizationGoal", "SweepConfig", "SLATarget",
+    "ParallelShape", "DisaggParallel", "OptimizationTarget", "SweepPolicy", "VizierAlgorithm",
+    "GOODPUT_TARGETS", "MINIMIZED_TARGETS", "load_config",
+]

@@ -1,0 +1,173 @@
+"""Per-role engine arguments in the replay runtime's nested schema (reference §9.2–§9.4, replay-engine §2).
+
+One payload per role (aggregated, or prefill + decode). Timing comes from the shape's
+aiconfigurator-core profile, KV capacity from AIC's memory model with the candidate's own
+batching and memory fraction. Every payload is validated by the runtime's own normaliser, so a
+candidate the runtime would reject fails here with the runtime's message, before any replay.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import SpicaError
+from .hardware import model_facts
+from .parallel import Shape
+from .profiles import EngineShape, kv_blocks_per_rank, profile_path, timing_model
+from .sample import parallel_from_sample, roles_of
+
+os.environ.setdefault("DYN_LOG", "error")
+
+# Disaggregated KV hand-off bandwidth per GPU, decimal GB/s. Default: one 400 Gb/s (NDR InfiniBand /
+# ConnectX-7) NIC per GPU = 50 GB/s, as on DGX/HGX H100, H200 and B200. Each TP rank of a prefill
+# worker ships its own shard of the KV over its own NIC, so a worker's hand-off bandwidth is this
+# times its TP size (latent MLA KV is replicated, so it moves over one NIC's worth).
+KV_TRANSFER_GBPS_PER_GPU = float(os.environ.get("SPICA_KV_TRANSFER_GBPS_PER_GPU", "50"))
+
+WORKER_TYPES = {"agg": "aggregated", "prefill": "prefill", "decode": "decode"}
+
+
+class InfeasibleKVCapacity(SpicaError):
+    """The candidate's shape or batching leaves no KV cache (reported infeasible, never replayed)."""
+
+
+class RejectedEngineArgs(SpicaError):
+    """The runtime's normaliser rejected a payload; the message is the runtime's."""
+
+
+@dataclass(frozen=True)
+class RoleArgs:
+    """One role's payload plus what the planner and the report need to know about it."""
+
+    role: str
+    payload: dict[str, Any]
+    replicas: int
+    shape: Shape
+    num_gpu_blocks: int
+    block_size: int
+    profile: str
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.shape.gpus
+
+    @property
+    def max_kv_tokens(self) -> int:
+        """Tokens of KV across a worker's attention-DP ranks (the replay planner's max_kv_tokens)."""
+        return self.num_gpu_blocks * self.block_size * self.shape.attention_dp
+
+
+def kv_transfer_fields(model: str, shape: Shape) -> dict[str, float]:
+    """kv_transfer_bytes_per_token (whole token, all layers) and the hand-off bandwidth in GB/s."""
+    facts = model_facts(model)
+    lanes = 1 if facts.is_mla else shape.tp
+    return {"kv_transfer_bytes_per_token": int(facts.kv_bytes_per_token),
+            "kv_transfer_bandwidth": KV_TRANSFER_GBPS_PER_GPU * lanes}
+
+
+def host_offload_fields(sample: Mapping[str, Any], role: str) -> dict[str, Any]:
+    """§9.3 G2 host offload mapped onto the runtime's native_host_offload (agg/prefill only, never decode).
+
+    The runtime models host offload for vLLM aggregated workers only; anything else is refused with a
+    reason instead of being replayed without the tier it asked for. offload_batch_size has no
+    counterpart in the runtime and is ignored.
+    """
+    if not sample.get("num_g2_blocks") or role == "decode":
+        return {}
+    if sample["backend"] != "vllm" or role != "agg":
+        raise RejectedEngineArgs(
+            f"G2 host offload (num_g2_blocks={sample['num_g2_blocks']}) is replayable only for vllm aggregated "
+            f"workers (runtime native_host_offload); got backend {sample['backend']}, role {role}")
+    offload: dict[str, Any] = {"num_host_blocks": int(sample["num_g2_blocks"])}
+    if sample.get("bandwidth_g1_to_g2_gbps") is not None:
+        offload["d2h_bandwidth_gbps"] = float(sample["bandwidth_g1_to_g2_gbps"])
+    if sample.get("bandwidth_g2_to_g1_gbps") is not None:
+        offload["h2d_bandwidth_gbps"] = float(sample["bandwidth_g2_to_g1_gbps"])
+    return {"native_host_offload": offload, "kv_cache_bytes_per_token": int(sample["kv_bytes_per_token"])}
+
+
+def role_payload(sample: Mapping[str, Any], role: str, shape: Shape, *, num_gpu_blocks: int,
+                 profile: str) -> dict[str, Any]:
+    """The nested engine-args dict of one role (pure: no AIC call, no validation)."""
+    engine: dict[str, Any] = {
+        "backend": sample["backend"],
+        "worker_type": WORKER_TYPES[role],
+        "block_size": int(sample[f"{role}_block_size"]),
+        "num_gpu_blocks": int(num_gpu_blocks),
+        "max_num_seqs": int(sample[f"{role}_max_num_seqs"]),
+        "max_num_batched_tokens": int(sample[f"{role}_max_num_batched_tokens"]),
+        "enable_prefix_caching": bool(sample[f"{role}_enable_prefix_caching"]),
+        "timing_model": timing_model(profile),
+    }
+    if sample.get("aic_nextn"):
+        engine["aic_nextn"] = int(sample["aic_nextn"])
+    if role == "prefill":
+        engine.update(kv_transfer_fields(sample["model_name"], shape))
+    engine.update(host_offload_fields(sample, role))
+    payload: dict[str, Any] = {"tensor_parallel_size": shape.tp, "dp_size": shape.attention_dp, "engine": engine}
+    if sample.get("startup_time") is not None:
+        payload["startup_time"] = float(sample["startup_time"])
+    return payload
+
+
+def validate_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The runtime's normalised form; RejectedEngineArgs with the runtime's message on any schema error."""
+    import dynamo._core as dc
+
+    try:
+        return dict(dc._normalize_mocker_config(dict(payload)))
+    except (ValueError, TypeError, RuntimeError) as exc:
+        raise RejectedEngineArgs(f"engine arguments rejected by the runtime: {exc}") from None
+
+
+def build_engine_args(sample: Mapping[str, Any], *, profile_dir: str | None = None,
+                      validate: bool = True) -> dict[str, RoleArgs]:
+    """Role → RoleArgs for a flat sample carrying ``backend_version``.
+
+    Builds (or reuses) each role's AIC profile and sizes its KV from the AIC memory model.
+    Raises InfeasibleKVCapacity when a role's shape has no KV budget, RejectedEngineArgs when the
+    runtime refuses a payload.
+    """
+    pc = parallel_from_sample(sample)
+    version = sample["backend_version"]
+    out: dict[str, RoleArgs] = {}
+    for role in roles_of(sample):
+        rc = pc.roles[role]
+        blocks = kv_blocks_per_rank(sample["model_name"], sample["hardware_sku"], sample["backend"], rc.shape,
+                                    block_size=int(sample[f"{role}_block_size"]),
+                                    max_num_batched_tokens=int(sample[f"{role}_max_num_batched_tokens"]),
+                                    max_num_seqs=int(sample[f"{role}_max_num_seqs"]),
+                                    memory_fraction=float(sample[f"{role}_gpu_memory_utilization"]),
+                                    nextn=sample.get("aic_nextn"))
+        if blocks is None or blocks < 1:
+            raise InfeasibleKVCapacity(f"{role} shape {rc.shape.strategy}{rc.shape.gpus} "
+                                       f"(tp={rc.shape.tp}, dp={rc.shape.attention_dp}) leaves no KV cache for "
+                                       f"{sample['model_name']} on {sample['hardware_sku']}")
+        es = EngineShape.of(sample["model_name"], sample["hardware_sku"], sample["backend"], version, rc.shape,
+                            nextn=sample.get("aic_nextn"))
+        prof = str(profile_path(es, profile_dir))
+        payload = role_payload(sample, role, rc.shape, num_gpu_blocks=blocks, profile=prof)
+        if validate:
+            validate_payload(payload)
+        out[role] = RoleArgs(role, payload, rc.replicas, rc.shape, blocks, int(sample[f"{role}_block_size"]), prof)
+    return out
+
+
+def router_kwargs(sample: Mapping[str, Any]) -> dict[str, Any]:
+    """router_mode and, for the KV router, a KvRouterConfig with the candidate's weights (§9.4)."""
+    mode = sample["router_mode"]
+    if mode != "kv_router":
+        return {"router_mode": "round_robin"}
+    from dynamo.llm import KvRouterConfig
+
+    weights = {k: float(sample[k]) for k in ("overlap_score_credit", "prefill_load_scale", "router_temperature",
+                                             "host_cache_hit_weight", "disk_cache_hit_weight") if k in sample}
+    return {"router_mode": "kv_router", "router_config": KvRouterConfig(**weights)}
+
+
+__all__ = ["RoleArgs", "build_engine_args", "role_payload", "validate_payload", "router_kwargs",
+           "kv_transfer_fields", "host_offload_fields", "InfeasibleKVCapacity", "RejectedEngineArgs",
+           "KV_TRANSFER_GBPS_PER_GPU"]

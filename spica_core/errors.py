@@ -1,0 +1,60 @@
+"""Errors a user can act on. The CLI prints them without a traceback and exits 2."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+class SpicaError(Exception):
+    """Base of every error caused by the user's input or environment (never a bug)."""
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One problem in a config: where (YAML path), what was found, what is allowed."""
+
+    path: str
+    message: str
+    value: Any = None
+    has_value: bool = False
+
+    def __str__(self) -> str:
+        shown = f" (got {self.value!r})" if self.has_value else ""
+        return f"{self.path or '<root>'}: {self.message}{shown}"
+
+
+class ConfigError(SpicaError):
+    """The config (or a file it names) is invalid; carries every problem found."""
+
+    def __init__(self, source: str, issues: list[Issue]):
+        self.source = source
+        self.issues = issues
+        lines = "\n".join(f"  - {issue}" for issue in issues)
+        super().__init__(f"{source}: {len(issues)} problem(s)\n{lines}")
+
+
+class FieldError(ValueError):
+    """Raised inside model validators to point at a field below the model (``rel_path``)."""
+
+    def __init__(self, rel_path: str, message: str, value: Any = None, has_value: bool = False):
+        super().__init__(message)
+        self.rel_path = rel_path
+        self.message = message
+        self.value = value
+        self.has_value = has_value
+
+
+class NoPerfDatabase(SpicaError):
+    """aiconfigurator-core has no performance data for this (SKU, backend)."""
+
+
+class NoViableParallelConfig(SpicaError):
+    """No parallel configuration is legal and KV-feasible within the GPU budget."""
+
+
+class UnknownModel(SpicaError):
+    """The model id is not bundled with aiconfigurator-core and is not a local folder."""
+
+
+class UnknownSystem(SpicaError):
+    """The hardware SKU is not an aiconfigurator-core system."""

@@ -1,0 +1,250 @@
+"""Model and GPU facts from aiconfigurator-core (reference §2.12 step 1, step 8).
+
+Everything here is read from the installed aiconfigurator-core: its bundled model configs, its
+system specs and its perf database. Nothing is tabulated by hand, so a new AIC release changes
+the facts without a code change. All calls are cached: enumeration asks for the same facts many
+times and the first perf-DB touch per (system, backend) costs a fraction of a second.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from .errors import NoPerfDatabase, UnknownModel, UnknownSystem
+from .parallel import Shape
+
+_AIC_LOGGERS = ("aiconfigurator_core", "aiconfigurator")
+
+# Substrings of estimator errors that mean "this shape cannot hold the model", not a bug (§2.12 step 8).
+KV_SHAPE_ERRORS: tuple[str, ...] = ("no KV budget", "Invalid quantized MoE configuration")
+
+# Backends in the order aiconfigurator-core names them; used to probe weights and perf DBs.
+_AIC_BACKENDS: tuple[str, ...] = ("trtllm", "sglang", "vllm")
+
+
+def quiet_aic() -> None:
+    """Silence aiconfigurator's per-DB-load warnings: they are noise for a search that loads many."""
+    for name in _AIC_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+quiet_aic()
+
+
+# ---------------------------------------------------------------- models
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What enumeration and KV feasibility need to know about a model."""
+
+    name: str
+    is_moe: bool
+    architecture: str
+    weight_bytes: int          # the whole checkpoint as AIC models it (quantised), on one GPU at tp=1
+    max_context: int           # max_position_embeddings
+    kv_bytes_per_token: int    # at tp=1 with the default KV dtype
+    is_mla: bool               # latent KV (DeepSeek/Kimi/GLM-5): replicated, not sharded, across TP ranks
+
+
+def bundled_models() -> list[str]:
+    """Model ids aiconfigurator-core can load offline (bundled HF configs)."""
+    from aiconfigurator_core.sdk.common import DefaultHFModels
+
+    return sorted(DefaultHFModels)
+
+
+def _is_local_model(name: str) -> bool:
+    return os.path.isdir(name) and os.path.isfile(os.path.join(name, "config.json"))
+
+
+def _unknown_model(name: str, why: str) -> UnknownModel:
+    ids = bundled_models()
+    shown = ", ".join(ids[:15])
+    return UnknownModel(
+        f"unknown model {name!r}: {why}. aiconfigurator-core loads {len(ids)} bundled ids offline "
+        f"(e.g. {shown}, ...); spell the id exactly, or point model_name at a local folder that "
+        f"holds the model's config.json (and optionally hf_quant_config.json)."
+    )
+
+
+@lru_cache(maxsize=None)
+def model_facts(model_name: str) -> ModelFacts:
+    """Read a bundled or local model's facts; never downloads (unknown ids fail fast instead)."""
+    from aiconfigurator_core.sdk.common import DefaultHFModels
+    from aiconfigurator_core.sdk.config_builders import build_model_config
+    from aiconfigurator_core.sdk.models import get_model
+    from aiconfigurator_core.sdk.models.helpers import check_is_moe
+    from aiconfigurator_core.sdk.utils import get_model_config_from_model_path
+
+    if not (_is_local_model(model_name) or model_name in DefaultHFModels):
+        why = ("the folder has no config.json" if os.path.isdir(model_name)
+               else "it is not bundled with aiconfigurator-core (and Spica never downloads configs)")
+        raise _unknown_model(model_name, why)
+    try:
+        parsed = get_model_config_from_model_path(model_name)
+    except Exception as exc:  # unsupported architecture, malformed config
+        raise _unknown_model(model_name, f"aiconfigurator-core cannot read it ({exc})") from None
+    is_moe = bool(check_is_moe(model_name))
+    raw = parsed.get("raw_config") or {}
+    extra = parsed.get("extra_params")
+    kv_lora = raw.get("kv_lora_rank") or (extra.get("kv_lora_rank") if isinstance(extra, dict) else None)
+
+    # Weights and KV bytes/token from AIC's own op model at tp=1 (the real, often FP8, checkpoint).
+    last_error: Exception | None = None
+    for backend in _AIC_BACKENDS:
+        try:
+            mc = build_model_config(tp_size=1, pp_size=1, attention_dp_size=1, moe_tp_size=1, moe_ep_size=1,
+                                    kvcache_quant_mode=None)
+            model = get_model(model_name, mc, backend)
+            weights = sum(op.get_weights() for op in model.context_ops)
+            kv = model.get_kvcache_bytes_per_sequence(1)
+            break
+        except Exception as exc:  # a backend may not model this family; try the next
+            last_error = exc
+    else:
+        raise _unknown_model(model_name, f"aiconfigurator-core cannot build it ({last_error})")
+
+    return ModelFacts(
+        name=model_name,
+        is_moe=is_moe,
+        architecture=str(parsed["architecture"]),
+        weight_bytes=int(weights),
+        max_context=int(parsed["context"]),
+        kv_bytes_per_token=int(kv),
+        is_mla=bool(kv_lora),
+    )
+
+
+# ---------------------------------------------------------------- systems
+
+
+@dataclass(frozen=True)
+class SystemFacts:
+    """What enumeration needs about a GPU SKU."""
+
+    name: str
+    vram_bytes_per_gpu: int
+    gpus_per_node: int
+    backend_versions: dict[str, str]  # backend -> latest perf-DB version with data
+
+    def __hash__(self) -> int:  # dict field: hash by name (facts are a function of the name)
+        return hash(self.name)
+
+
+def known_systems() -> list[str]:
+    """Every SKU aiconfigurator-core has a system spec for (with or without perf data)."""
+    from aiconfigurator_core.sdk.common import SupportedSystems
+
+    return sorted(SupportedSystems)
+
+
+@lru_cache(maxsize=1)
+def _supported_databases() -> dict[str, dict[str, list[str]]]:
+    from aiconfigurator_core.sdk.perf_database import get_supported_databases
+
+    return {s: dict(b) for s, b in get_supported_databases().items()}
+
+
+@lru_cache(maxsize=None)
+def system_facts(sku: str) -> SystemFacts:
+    """VRAM, node size and perf-DB versions of a SKU; unknown SKUs list the known ones."""
+    from aiconfigurator_core.sdk.perf_database import get_latest_database_version, load_system_spec
+
+    spec: dict[str, Any] = load_system_spec(sku) if sku in known_systems() else {}
+    if not spec:
+        with_data = sorted(_supported_databases())
+        raise UnknownSystem(
+            f"unknown hardware_sku {sku!r}; aiconfigurator-core systems: {', '.join(known_systems())} "
+            f"(with perf data: {', '.join(with_data)})"
+        )
+    versions: dict[str, str] = {}
+    for backend in _AIC_BACKENDS:
+        if not _supported_databases().get(sku, {}).get(backend):
+            continue
+        latest = get_latest_database_version(sku, backend)
+        if latest:
+            versions[backend] = str(latest)
+    return SystemFacts(
+        name=sku,
+        vram_bytes_per_gpu=int(spec["gpu"]["mem_capacity"]),
+        gpus_per_node=int(spec["node"]["num_gpus_per_node"]),
+        backend_versions=versions,
+    )
+
+
+def backend_version(sku: str, backend: str) -> str:
+    """The perf-DB version Spica uses for (SKU, backend): AIC's latest (the ``current`` slot)."""
+    facts = system_facts(sku)
+    try:
+        return facts.backend_versions[backend]
+    except KeyError:
+        have = ", ".join(facts.backend_versions) or "none"
+        raise NoPerfDatabase(
+            f"aiconfigurator-core has no perf database for backend {backend!r} on {sku!r} "
+            f"(backends with data on {sku}: {have})"
+        ) from None
+
+
+def enable_wideep(model: ModelFacts, system: SystemFacts) -> bool:
+    """§2.12 step 1: a MoE model one node cannot hold twice over (reported; no longer changes enumeration)."""
+    return model.is_moe and system.gpus_per_node * system.vram_bytes_per_gpu < 2 * model.weight_bytes
+
+
+# ---------------------------------------------------------------- KV capacity
+
+
+def memory_fraction_kind(backend: str) -> str:
+    """TRT-LLM's fraction is of free memory after weights; vLLM/SGLang's is of total memory."""
+    return "of_free" if backend == "trtllm" else "of_total"
+
+
+@lru_cache(maxsize=None)
+def kv_tokens_per_rank(
+    model_name: str,
+    sku: str,
+    backend: str,
+    shape: Shape,
+    *,
+    max_num_tokens: int = 8192,
+    max_batch_size: int = 256,
+    memory_fraction: float = 0.9,
+    nextn: int | None = None,
+) -> int | None:
+    """Per-rank KV capacity in tokens (AIC ``total_kv_size_tokens``), or None if the shape cannot hold the model.
+
+    None only for the estimator's "no KV budget" and "Invalid quantized MoE configuration" errors;
+    anything else (a bug, a missing model) propagates. No perf DB raises NoPerfDatabase.
+    """
+    from aiconfigurator_core.sdk.memory import estimate_kv_cache
+
+    version = backend_version(sku, backend)
+    try:
+        result = estimate_kv_cache(
+            model_name, sku, backend, version,
+            max_num_tokens=int(max_num_tokens),
+            max_batch_size=int(max_batch_size),
+            memory_fraction_kind=memory_fraction_kind(backend),
+            memory_fraction_value=float(memory_fraction),
+            tp_size=shape.tp,
+            pp_size=shape.pp,
+            attention_dp_size=shape.attention_dp,
+            moe_tp_size=shape.moe_tp,
+            moe_ep_size=shape.moe_ep,
+            nextn=int(nextn or 0),
+            allow_naive_fallback=False,
+        )
+    except ValueError as exc:
+        if any(marker in str(exc) for marker in KV_SHAPE_ERRORS):
+            return None
+        raise
+    return int(result["total_kv_size_tokens"])
+
+
+__all__ = [
+    "ModelFacts", "SystemFacts", "model_facts", "system_facts", "backend_version", "kv_tokens_per_rank",
+    "bundled_models", "known_systems", "enable_wideep", "memory_fraction_kind", "quiet_aic", "KV_SHAPE_ERRORS",
+]

@@ -1,0 +1,246 @@
+"""Timing and KV capacity from aiconfigurator-core, packaged for the replay (replay-engine §3.3).
+
+The replay's built-in timing ignores model, GPU and TP, so every candidate is replayed with a
+``dynamo_profile`` latency table computed by aiconfigurator-core for its engine shape. A table
+takes about a second to build, and many candidates share a shape, so it is built once per
+shape and kept on disk under a fingerprint of everything that changes its numbers.
+
+The same table also backs the planner's forward-pass-time model (:class:`StepTimes`), so the
+scaling policy and the simulator agree on how long a pass takes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .fingerprint import fingerprint
+from .hardware import kv_tokens_per_rank, quiet_aic
+from .parallel import Shape
+
+PROFILE_SCHEMA = 2
+DEFAULT_CACHE_DIR = Path("~/.cache/spica/profiles")
+
+# Table grid. The prefill axis covers every chunk the engines can schedule (max_num_batched_tokens
+# is at most 32768), the decode axes cover a rank's whole KV pool and the longest contexts.
+PREFILL_MAX_TOKENS = 65536
+DECODE_MAX_KV_TOKENS = 1 << 23
+DECODE_MAX_CONTEXT = 262144
+DECODE_MAX_BATCH = 2048
+N_PREFILL, N_KV, N_CTX = 56, 48, 28
+
+
+@dataclass(frozen=True)
+class EngineShape:
+    """Everything that changes an engine's step latencies (batching does not: it is looked up)."""
+
+    model: str
+    system: str
+    backend: str
+    backend_version: str
+    tp: int = 1
+    attention_dp: int = 1
+    moe_tp: int = 1
+    moe_ep: int = 1
+    nextn: int = 0
+    gemm_quant_mode: str | None = None
+    kvcache_quant_mode: str | None = None
+    fmha_quant_mode: str | None = None
+    moe_quant_mode: str | None = None
+
+    @classmethod
+    def of(cls, model: str, system: str, backend: str, backend_version: str, shape: Shape,
+           nextn: int | None = None, **quant: str | None) -> EngineShape:
+        return cls(model, system, backend, backend_version, shape.tp, shape.attention_dp, shape.moe_tp,
+                   shape.moe_ep, int(nextn or 0), **quant)
+
+    def key(self) -> str:
+        """The cache fingerprint: the shape, the table grid, the schema and the AIC version."""
+        return fingerprint({"shape": asdict(self), "schema": PROFILE_SCHEMA, "aic": _aic_version(),
+                            "grid": [PREFILL_MAX_TOKENS, DECODE_MAX_KV_TOKENS, DECODE_MAX_CONTEXT,
+                                     DECODE_MAX_BATCH, N_PREFILL, N_KV, N_CTX]})
+
+    def file_stem(self) -> str:
+        model = self.model.replace("/", "--")
+        return (f"{model}_{self.system}_{self.backend}-{self.backend_version}_tp{self.tp}dp{self.attention_dp}"
+                f"mtp{self.moe_tp}mep{self.moe_ep}_{self.key()}")
+
+
+@lru_cache(maxsize=1)
+def _aic_version() -> str:
+    try:
+        return metadata.version("aiconfigurator-core")
+    except metadata.PackageNotFoundError:  # pragma: no cover - the package is a hard dependency
+        return "absent"
+
+
+def cache_dir() -> Path:
+    """SPICA_CACHE_DIR, or ~/.cache/spica/profiles."""
+    return Path(os.environ.get("SPICA_CACHE_DIR") or DEFAULT_CACHE_DIR).expanduser()
+
+
+# ---------------------------------------------------------------- building a table
+
+
+def _axis(lo: float, hi: float, n: int, with_zero: bool = False) -> np.ndarray:
+    pts = np.unique(np.round(np.geomspace(max(lo, 1.0), hi, n)))
+    return np.concatenate([[0.0] if with_zero else [], pts]).astype(np.float64)
+
+
+def step_engine(es: EngineShape) -> tuple[Any, Any]:
+    """(model, EngineHandle) with the CLI's quant resolution applied (aic.md §7.2; DeepSeek on Hopper)."""
+    quiet_aic()
+    from aiconfigurator_core.sdk import rust_engine_step
+    from aiconfigurator_core.sdk.config_builders import apply_nextn, build_model_config
+    from aiconfigurator_core.sdk.models import get_model
+    from aiconfigurator_core.sdk.models.helpers import resolve_context_fmha_by_data, resolve_nvfp4_for_system
+    from aiconfigurator_core.sdk.perf_database import get_database_view
+
+    mc = build_model_config(tp_size=es.tp, pp_size=1, attention_dp_size=es.attention_dp, moe_tp_size=es.moe_tp,
+                            moe_ep_size=es.moe_ep, gemm_quant_mode=es.gemm_quant_mode,
+                            kvcache_quant_mode=es.kvcache_quant_mode, fmha_quant_mode=es.fmha_quant_mode,
+                            moe_quant_mode=es.moe_quant_mode)
+    if es.nextn:
+        apply_nextn(mc, es.nextn)
+    db = get_database_view(es.system, es.backend, es.backend_version)
+    if db is None:
+        from .errors import NoPerfDatabase
+        raise NoPerfDatabase(f"aiconfigurator-core has no perf database for {es.backend} "
+                             f"{es.backend_version} on {es.system}")
+    resolve_context_fmha_by_data(mc, es.model, db, es.backend, is_context_role=True)
+    resolve_nvfp4_for_system(mc, es.system, es.model, backend_name=es.backend)
+    model = get_model(es.model, mc, es.backend)
+    return model, rust_engine_step._cached_engine_handle(model, db)
+
+
+def build_tables(es: EngineShape) -> dict[str, np.ndarray]:
+    """The dynamo_profile arrays: prefill pass latency by new tokens, decode step by (KV, context).
+
+    Batch arguments are per attention-DP rank (each rank runs its own scheduler in the replay).
+    Decode uses AIC's single-step estimate at the exact context (osl=0), not the multi-step one.
+    """
+    _, h = step_engine(es)
+    isl = _axis(1, PREFILL_MAX_TOKENS, N_PREFILL)
+    ttft = np.array([h.predict_prefill_latency(1, int(x), 0) for x in isl], dtype=np.float64)
+    kv = _axis(1, DECODE_MAX_KV_TOKENS, N_KV, with_zero=True)
+    ctx = _axis(1, DECODE_MAX_CONTEXT, N_CTX)
+    itl = np.empty((len(kv), len(ctx)), dtype=np.float64)
+    for i, k in enumerate(kv):
+        for j, c in enumerate(ctx):
+            bs = int(min(max(1, round(k / c)), DECODE_MAX_BATCH))
+            c_eff = int(max(1, min(k / bs if k > 0 else c, DECODE_MAX_CONTEXT)))
+            itl[i, j] = h.decode_step_latency(bs, c_eff, 0)
+    return {"prefill_isl": isl, "prefill_ttft_ms": ttft, "decode_active_kv_tokens": kv,
+            "decode_context_length": ctx, "decode_itl": itl}
+
+
+def _resolved_quant(es: EngineShape) -> dict[str, str]:
+    model, _ = step_engine(es)
+    cfg = model.config
+    return {name: getattr(getattr(cfg, name), "name", str(getattr(cfg, name)))
+            for name in ("gemm_quant_mode", "kvcache_quant_mode", "fmha_quant_mode", "moe_quant_mode")}
+
+
+def profile_path(es: EngineShape, directory: str | Path | None = None) -> Path:
+    """The shape's NPZ, built and written atomically on first use (safe across worker processes)."""
+    root = Path(directory).expanduser() if directory is not None else cache_dir()
+    path = root / f"{es.file_stem()}.npz"
+    if path.is_file():
+        return path.resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    tables = build_tables(es)
+    fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{path.stem}.", suffix=".npz")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **tables)
+        meta = {"shape": asdict(es), "schema": PROFILE_SCHEMA, "aic": _aic_version(),
+                "resolved_quant": _resolved_quant(es)}
+        path.with_suffix(".json").write_text(json.dumps(meta, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path.resolve()
+
+
+def timing_model(path: str | Path) -> dict[str, Any]:
+    """The engine-args ``timing_model`` entry that points the replay at a profile."""
+    return {"type": "external", "provider": "dynamo_profile", "config": {"path": str(Path(path).resolve())}}
+
+
+# ---------------------------------------------------------------- reading a table (planner side)
+
+
+def _interp1(x: float, xs: np.ndarray, ys: np.ndarray) -> float:
+    """Linear interpolation that extrapolates from the end segments, like the replay's lookup."""
+    if x <= xs[0]:
+        i = 0
+    elif x >= xs[-1]:
+        i = len(xs) - 2
+    else:
+        i = int(np.searchsorted(xs, x) - 1)
+    x0, x1, y0, y1 = xs[i], xs[i + 1], ys[i], ys[i + 1]
+    return float(y0 + (y1 - y0) * (x - x0) / (x1 - x0))
+
+
+class StepTimes:
+    """Forward-pass time of one engine rank from a profile: prefill by new tokens, decode by (KV, context)."""
+
+    def __init__(self, path: str | Path):
+        with np.load(path) as z:
+            self.prefill_isl = np.asarray(z["prefill_isl"], dtype=np.float64)
+            self.prefill_ms_table = np.asarray(z["prefill_ttft_ms"], dtype=np.float64)
+            self.kv = np.asarray(z["decode_active_kv_tokens"], dtype=np.float64)
+            self.ctx = np.asarray(z["decode_context_length"], dtype=np.float64)
+            self.itl = np.asarray(z["decode_itl"], dtype=np.float64)
+
+    def prefill_ms(self, tokens: float) -> float:
+        if tokens <= 0:
+            return 0.0
+        return max(0.0, _interp1(tokens, self.prefill_isl, self.prefill_ms_table))
+
+    def decode_ms(self, kv_tokens: float, num_requests: float) -> float:
+        if num_requests <= 0:
+            return 0.0
+        ctx = max(1.0, kv_tokens / num_requests)
+        # bilinear: interpolate along context in the two bracketing KV rows
+        if kv_tokens <= self.kv[0]:
+            i = 0
+        elif kv_tokens >= self.kv[-1]:
+            i = len(self.kv) - 2
+        else:
+            i = int(np.searchsorted(self.kv, kv_tokens) - 1)
+        y0 = _interp1(ctx, self.ctx, self.itl[i])
+        y1 = _interp1(ctx, self.ctx, self.itl[i + 1])
+        k0, k1 = self.kv[i], self.kv[i + 1]
+        return max(0.0, float(y0 + (y1 - y0) * (kv_tokens - k0) / (k1 - k0)))
+
+    def pass_ms(self, prefill_tokens: float = 0, decode_requests: float = 0, decode_kv_tokens: float = 0) -> float:
+        """One scheduler pass: prefill part plus decode part, as the replay composes them."""
+        return self.prefill_ms(prefill_tokens) + self.decode_ms(decode_kv_tokens, decode_requests)
+
+
+# ---------------------------------------------------------------- KV capacity
+
+
+def kv_blocks_per_rank(model: str, system: str, backend: str, shape: Shape, *, block_size: int,
+                       max_num_batched_tokens: int, max_num_seqs: int, memory_fraction: float,
+                       nextn: int | None = None) -> int | None:
+    """num_gpu_blocks for one attention-DP rank from AIC's memory model; None = the shape has no KV budget."""
+    tokens = kv_tokens_per_rank(model, system, backend, shape, max_num_tokens=int(max_num_batched_tokens),
+                                max_batch_size=int(max_num_seqs), memory_fraction=float(memory_fraction),
+                                nextn=nextn)
+    if tokens is None:
+        return None
+    return int(tokens) // int(block_size)
+
+
+__all__ = ["EngineShape", "profile_path", "build_tables", "timing_model", "StepTimes", "kv_blocks_per_rank",
+           "cache_dir", "step_engine"]

@@ -1,0 +1,71 @@
+"""A run's identity: the fingerprint of the normalised config, the trace content and the engine versions.
+
+Same config + same trace + same engines ⇒ same run id ⇒ the same ``runs/<id>/`` folder, which is
+what lets a re-run resume instead of starting over.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from .config import SmartSearchConfig
+from .fingerprint import canonical_json, file_fingerprint, fingerprint
+
+ENGINE_PACKAGES = ("ai-dynamo-runtime", "aiconfigurator-core", "google-vizier", "prefect")
+
+
+def engine_versions() -> dict[str, str]:
+    out = {}
+    for name in ENGINE_PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    run_id: str
+    config_fingerprint: str
+    trace_fingerprint: str | None
+    engines: dict[str, str]
+
+
+def identify(config: SmartSearchConfig, trace_file: Path | None) -> RunIdentity:
+    config_fp = fingerprint(config.normalised())
+    trace_fp = file_fingerprint(trace_file) if trace_file is not None else None
+    engines = engine_versions()
+    run_id = fingerprint({"config": config_fp, "trace": trace_fp, "engines": engines})
+    return RunIdentity(run_id, config_fp, trace_fp, engines)
+
+
+CONFIG_SCHEMA = pa.schema([
+    ("run_id", pa.string()),
+    ("config_fingerprint", pa.string()),
+    ("trace_fingerprint", pa.string()),
+    ("trace_file", pa.string()),
+    ("engines_json", pa.string()),
+    ("config_json", pa.string()),
+])
+
+
+def config_rows(config: SmartSearchConfig, identity: RunIdentity, trace_file: Path | None) -> list[dict[str, Any]]:
+    """The single row of ``config.parquet``."""
+    return [{
+        "run_id": identity.run_id,
+        "config_fingerprint": identity.config_fingerprint,
+        "trace_fingerprint": identity.trace_fingerprint,
+        "trace_file": str(trace_file.resolve()) if trace_file is not None else None,
+        "engines_json": canonical_json(identity.engines),
+        "config_json": canonical_json(config.normalised()),
+    }]
+
+
+def config_from_row(row: dict[str, Any]) -> SmartSearchConfig:
+    return SmartSearchConfig.model_validate(json.loads(row["config_json"]))

@@ -1,0 +1,73 @@
+"""Human summaries of a validated config (what ``spica validate`` prints)."""
+from __future__ import annotations
+
+from .choices import ENGINE_KNOBS
+from .config import SmartSearchConfig
+from .policies import filter_for_goal, planner_target
+
+_ROUTER_AND_PLANNER = ("router_mode", "overlap_score_credit", "prefill_load_scale", "router_temperature",
+                       "host_cache_hit_weight", "disk_cache_hit_weight", "planner_scaling_policy",
+                       "planner_fpm_sampling", "planner_load_sensitivity")
+
+
+def searched_knobs(config: SmartSearchConfig) -> dict[str, int]:
+    """Knob → number of choices, for knobs with more than one choice in the configured modes."""
+    space = config.search_space
+    names = ["backend"]
+    for mode in space.deployment_mode:
+        names += ENGINE_KNOBS[mode]
+    names += _ROUTER_AND_PLANNER
+    out = {n: len(getattr(space, n)) for n in names if len(getattr(space, n)) > 1}
+    if config.workload.kv_load_range:
+        out["kv_load_ratio"] = -1  # continuous
+    return out
+
+
+def describe(config: SmartSearchConfig) -> str:
+    s, w, g, sw = config.search_space, config.workload, config.goal, config.sweep
+    policies = filter_for_goal(config)
+    lines = ["config is valid", ""]
+    lines.append(f"branches        : {', '.join(s.deployment_mode)} (one Vizier study each); "
+                 f"backends {', '.join(s.backend)}")
+    if s.parallel_configs:
+        kind = "pinned" if len(s.parallel_configs) == 1 else f"menu of {len(s.parallel_configs)}"
+        lines.append(f"parallel configs: {kind}")
+    else:
+        lines.append("parallel configs: derived from the model, GPU and budget (see `spica space`)")
+    lines.append("searched knobs  :")
+    for name, n in searched_knobs(config).items():
+        shown = f"{w.kv_load_range[0]}..{w.kv_load_range[1]} (continuous)" if n < 0 else f"{n} choices"  # type: ignore[index]
+        lines.append(f"  {name:32s} {shown}")
+    if not searched_knobs(config):
+        lines.append("  (none: every knob is pinned)")
+    pinned = {
+        "model_name": s.model_name, "hardware_sku": s.hardware_sku, "gpu_budget": s.gpu_budget,
+        "min_gpu_budget": s.min_gpu_budget, "min_endpoint": s.min_endpoint, "context_length": s.context_length,
+        "startup_time": s.startup_time, "aic_nextn": s.aic_nextn, "num_g2_blocks": s.num_g2_blocks,
+    }
+    lines.append("pinned context  : " + ", ".join(f"{k}={v}" for k, v in pinned.items() if v is not None))
+    if w.is_trace:
+        loop = f"closed loop, {w.replay_concurrency} in flight" if w.replay_concurrency else \
+            f"open loop, arrival speedup {w.arrival_speedup_ratio}"
+        lines.append(f"workload        : mooncake trace {w.trace_path} ({loop})")
+    else:
+        if w.request_rate is not None:
+            load = f"request rate {w.request_rate}/s (open loop)"
+        elif w.concurrency is not None:
+            load = f"concurrency {w.concurrency} (closed loop)"
+        else:
+            load = f"kv_load_ratio {w.kv_load_ratio} (closed loop, per-candidate concurrency)"
+        lines.append(f"workload        : synthetic isl {w.isl} / osl {w.osl}, {load}, "
+                     f"num_request_ratio {w.num_request_ratio}")
+    objectives = ", ".join(o.value for o in g.objectives)
+    sla = ", ".join(f"{k}={v}" for k, v in (g.sla.model_dump(exclude_none=True).items() if g.sla else []))
+    lines.append(f"goal            : {g.target.value}" + (f" [{objectives}]" if g.is_pareto else "")
+                 + (f", SLA {sla}" if sla else "") + f" (planner target '{planner_target(g)}')")
+    if policies.dropped:
+        lines.append(f"dropped policies: {policies.dropped} — {policies.reason}")
+    lines.append(f"sweep           : policy {sw.policy.value}, {sw.max_rounds} rounds × {sw.per_round} per round, "
+                 f"{sw.parallel_evals} parallel, algorithm {sw.algorithm.value}, seed {sw.seed}")
+    return "\n".join(lines)
+
+
+__all__ = ["describe", "searched_knobs"]

@@ -1,0 +1,36 @@
+"""Stage 1: validate the config and write ``config.parquet`` into the run folder."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from spica_core.artifacts import RunDir
+from spica_core.config import SmartSearchConfig
+from spica_core.run import CONFIG_SCHEMA, RunIdentity, config_rows, identify
+
+
+@dataclass(frozen=True)
+class ValidatedRun:
+    """What later stages need: the config, where the run lives and what the trace file is."""
+
+    config: SmartSearchConfig
+    identity: RunIdentity
+    run_dir: RunDir
+    trace_file: Path | None
+
+
+@task(name="validate", cache_policy=NO_CACHE)
+def validate_config(config_path: str, runs_root: str | None = None, run_dir: str | None = None) -> ValidatedRun:
+    path = Path(config_path)
+    config = SmartSearchConfig.from_yaml(path)
+    trace = config.trace_file(path.parent)
+    identity = identify(config, trace)
+    rd = RunDir(run_dir) if run_dir else RunDir.for_run(identity.run_id, runs_root)
+    if rd.has("config") and rd.rows("config")[0]["run_id"] != identity.run_id:
+        raise FileExistsError(f"{rd.path} holds a different run ({rd.rows('config')[0]['run_id']}); "
+                              "choose another --run-dir")
+    rd.write("config", config_rows(config, identity, trace), schema=CONFIG_SCHEMA)
+    return ValidatedRun(config, identity, rd, trace)

@@ -1,0 +1,138 @@
+"""The CLI contract: exit 0 on valid configs, exit 2 with field paths and no traceback otherwise."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import EXAMPLES, REPO
+from spica_cli.main import main
+from spica_core.config import SmartSearchConfig
+from spica_core.run import config_from_row, identify
+from tasks.validate import validate_config
+
+EXAMPLE_FILES = sorted(EXAMPLES.glob("*.yaml"))
+
+
+def test_there_are_four_examples() -> None:
+    assert {p.name for p in EXAMPLE_FILES} >= {"quickstart.yaml", "deepseek_v3_trace.yaml", "pareto_kv_load.yaml",
+                                                "router_only.yaml"}
+
+
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=[p.name for p in EXAMPLE_FILES])
+def test_validate_accepts_every_example(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "config is valid" in out and "goal" in out and "workload" in out
+
+
+def test_validate_summary_counts_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(EXAMPLES / "router_only.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "prefill_load_scale" in out and "7 choices" in out
+    assert "parallel configs: pinned" in out
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    return p
+
+
+GOOD = """search_space:
+  model_name: Qwen/Qwen3-32B
+  hardware_sku: h200_sxm
+  router_mode: [kv_router, rr]
+workload: {isl: 100, osl: 10, concurrency: 4, num_request_ratio: 1}
+"""
+
+
+def test_validate_rejects_with_path_value_and_allowed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(write(tmp_path, GOOD))]) == 2
+    err = capsys.readouterr().err
+    assert "search_space.router_mode[1]" in err and "'rr'" in err and "round_robin" in err
+    assert "Traceback" not in err
+
+
+def test_malformed_yaml_gives_line_and_column(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(write(tmp_path, "search_space:\n  model_name: [a\nworkload: {}\n"))]) == 2
+    err = capsys.readouterr().err
+    assert "malformed YAML at line 3" in err and "column" in err
+
+
+def test_missing_trace_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = write(tmp_path, "search_space: {model_name: Qwen/Qwen3-32B, hardware_sku: h200_sxm}\n"
+                        "workload: {trace_path: nope.jsonl}\n")
+    assert main(["validate", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert "workload.trace_path" in err and "nope.jsonl" in err
+
+
+def test_missing_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(tmp_path / "absent.yaml")]) == 2
+    assert "config file not found" in capsys.readouterr().err
+
+
+def test_schema_is_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert set(schema["properties"]) == {"search_space", "workload", "goal", "sweep"}
+    assert schema["required"] == ["search_space", "workload"]
+    defs = schema["$defs"]
+    assert defs["SearchSpace"]["additionalProperties"] is False
+
+
+def test_cli_process_exits_2_without_traceback(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "spica_cli.main", "validate", str(write(tmp_path, GOOD))],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "search_space.router_mode[1]" in proc.stderr
+
+
+# ---------------------------------------------------------------- the first stage: config.parquet
+
+
+def test_validate_stage_writes_config_parquet_that_reads_back_equal(tmp_path: Path) -> None:
+    run = validate_config.fn(str(EXAMPLES / "quickstart.yaml"), run_dir=str(tmp_path / "run"))
+    table = pq.read_table(tmp_path / "run" / "config.parquet")
+    row = table.to_pylist()[0]
+    assert row["run_id"] == run.identity.run_id
+    assert config_from_row(row) == SmartSearchConfig.from_yaml(EXAMPLES / "quickstart.yaml")
+
+
+def test_run_id_is_stable_and_follows_the_trace(tmp_path: Path) -> None:
+    shutil.copy(EXAMPLES / "router_only.yaml", tmp_path / "c.yaml")
+    (tmp_path / "traces").mkdir()
+    trace = tmp_path / "traces" / "shared_prefix.jsonl"
+    shutil.copy(EXAMPLES / "traces" / "shared_prefix.jsonl", trace)
+    config = SmartSearchConfig.from_yaml(tmp_path / "c.yaml")
+    first = identify(config, config.trace_file(tmp_path)).run_id
+    assert identify(config, config.trace_file(tmp_path)).run_id == first
+    data = bytearray(trace.read_bytes())
+    data[-2] = ord("9") if data[-2] != ord("9") else ord("8")  # one byte of the last row
+    trace.write_bytes(bytes(data))
+    assert identify(config, config.trace_file(tmp_path)).run_id != first
+
+
+def test_run_id_follows_the_config() -> None:
+    a = SmartSearchConfig.from_yaml(EXAMPLES / "quickstart.yaml")
+    b = a.model_copy(update={"sweep": a.sweep.model_copy(update={"seed": 2})})
+    assert identify(a, None).run_id != identify(b, None).run_id
+
+
+@pytest.mark.slow
+def test_spica_sweep_runs_the_flow_twice_with_the_same_run_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                                              ) -> None:
+    """End to end through Prefect (temporary server): runs/<id>/config.parquet, same id twice."""
+    assert main(["sweep", str(EXAMPLES / "quickstart.yaml"), "--runs-root", str(tmp_path)]) == 0
+    runs = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert len(runs) == 1 and (runs[0] / "config.parquet").is_file()
+    assert main(["sweep", str(EXAMPLES / "quickstart.yaml"), "--runs-root", str(tmp_path)]) == 0
+    assert [p for p in tmp_path.iterdir() if p.is_dir()] == runs
+    row = pq.read_table(runs[0] / "config.parquet").to_pylist()[0]
+    assert row["run_id"] == runs[0].name
