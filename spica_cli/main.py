@@ -103,6 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc))
     except (FileNotFoundError, FileExistsError, IsADirectoryError, PermissionError) as exc:
         return _fail(str(exc))
+    except BrokenPipeError:  # output piped into e.g. `head`
+        sys.stderr.close()
+        return EXIT_OK
     except KeyboardInterrupt:
         print("interrupted; finished stages are kept in the run folder", file=sys.stderr)
         return 130

@@ -203,7 +203,7 @@ def memory_fraction_kind(backend: str) -> str:
 
 
 @lru_cache(maxsize=None)
-def kv_tokens_per_rank(
+def kv_estimate(
     model_name: str,
     sku: str,
     backend: str,
@@ -213,12 +213,8 @@ def kv_tokens_per_rank(
     max_batch_size: int = 256,
     memory_fraction: float = 0.9,
     nextn: int | None = None,
-) -> int | None:
-    """Per-rank KV capacity in tokens (AIC ``total_kv_size_tokens``), or None if the shape cannot hold the model.
-
-    None only for the estimator's "no KV budget" and "Invalid quantized MoE configuration" errors;
-    anything else (a bug, a missing model) propagates. No perf DB raises NoPerfDatabase.
-    """
+) -> tuple[int | None, str]:
+    """(per-rank KV tokens, "") or (None, the estimator's reason) for a shape that cannot hold the model."""
     from aiconfigurator_core.sdk.memory import estimate_kv_cache
 
     version = backend_version(sku, backend)
@@ -238,13 +234,37 @@ def kv_tokens_per_rank(
             allow_naive_fallback=False,
         )
     except ValueError as exc:
-        if any(marker in str(exc) for marker in KV_SHAPE_ERRORS):
-            return None
+        text = str(exc)
+        for marker in KV_SHAPE_ERRORS:
+            at = text.find(marker)
+            if at >= 0:
+                return None, text[at:].strip()
         raise
-    return int(result["total_kv_size_tokens"])
+    return int(result["total_kv_size_tokens"]), ""
+
+
+@lru_cache(maxsize=None)
+def kv_tokens_per_rank(
+    model_name: str,
+    sku: str,
+    backend: str,
+    shape: Shape,
+    *,
+    max_num_tokens: int = 8192,
+    max_batch_size: int = 256,
+    memory_fraction: float = 0.9,
+    nextn: int | None = None,
+) -> int | None:
+    """Per-rank KV capacity in tokens (AIC ``total_kv_size_tokens``), or None if the shape cannot hold the model.
+
+    None only for the estimator's "no KV budget" and "Invalid quantized MoE configuration" errors;
+    anything else (a bug, a missing model) propagates. No perf DB raises NoPerfDatabase. Cached.
+    """
+    return kv_estimate(model_name, sku, backend, shape, max_num_tokens=max_num_tokens,
+                       max_batch_size=max_batch_size, memory_fraction=memory_fraction, nextn=nextn)[0]
 
 
 __all__ = [
-    "ModelFacts", "SystemFacts", "model_facts", "system_facts", "backend_version", "kv_tokens_per_rank",
+    "ModelFacts", "SystemFacts", "model_facts", "system_facts", "backend_version", "kv_tokens_per_rank", "kv_estimate",
     "bundled_models", "known_systems", "enable_wideep", "memory_fraction_kind", "quiet_aic", "KV_SHAPE_ERRORS",
 ]

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 from .enumeration import configs_from_shapes, worker_shapes
 from .errors import NoViableParallelConfig
-from .hardware import backend_version, kv_tokens_per_rank, model_facts
+from .hardware import backend_version, kv_estimate, model_facts
 from .parallel import Mode, ParallelConfig, Shape
 
 # §2.12 step 8: the fixed reservations of the feasibility filter.
@@ -51,10 +51,10 @@ def max_seq_len(model_name: str, context_length: int | None) -> int:
 def shape_kv(model_name: str, sku: str, backend: str, shape: Shape, seq_len: int) -> ShapeKV:
     """Estimate one shape and say why it is (not) kept. NoPerfDatabase propagates."""
     version = backend_version(sku, backend)
-    tokens = kv_tokens_per_rank(model_name, sku, backend, shape, max_num_tokens=FILTER_MAX_NUM_TOKENS,
+    tokens, error = kv_estimate(model_name, sku, backend, shape, max_num_tokens=FILTER_MAX_NUM_TOKENS,
                                 max_batch_size=FILTER_MAX_BATCH_SIZE, memory_fraction=FILTER_MEMORY_FRACTION)
     if tokens is None:
-        reason = "no KV budget: weights and activations fill the GPU"
+        reason = error
         ok = False
     elif tokens > seq_len:
         reason, ok = "", True

@@ -1,31 +1,28 @@
 """Human summaries of a validated config (what ``spica validate`` prints)."""
 from __future__ import annotations
 
-from .choices import ENGINE_KNOBS
+from .branches import branch_knob_choices
 from .config import SmartSearchConfig
-from .policies import filter_for_goal, planner_target
-
-_ROUTER_AND_PLANNER = ("router_mode", "overlap_score_credit", "prefill_load_scale", "router_temperature",
-                       "host_cache_hit_weight", "disk_cache_hit_weight", "planner_scaling_policy",
-                       "planner_fpm_sampling", "planner_load_sensitivity")
-
+from .policies import filter_for_goal, planner_target, with_policies
 
 def searched_knobs(config: SmartSearchConfig) -> dict[str, int]:
-    """Knob → number of choices, for knobs with more than one choice in the configured modes."""
-    space = config.search_space
-    names = ["backend"]
-    for mode in space.deployment_mode:
-        names += ENGINE_KNOBS[mode]
-    names += _ROUTER_AND_PLANNER
-    out = {n: len(getattr(space, n)) for n in names if len(getattr(space, n)) > 1}
-    if config.workload.kv_load_range:
-        out["kv_load_ratio"] = -1  # continuous
+    """Knob → number of choices, over the configured modes after dead-dimension pruning (§2.11).
+
+    A continuous range counts as -1. Backend viability (perf data, KV feasibility) is not checked
+    here; ``spica space`` does that.
+    """
+    out: dict[str, int] = {}
+    for mode in config.search_space.deployment_mode:
+        knobs, ranges = branch_knob_choices(config, mode, config.search_space.backend)
+        out.update({name: len(choices) for name, choices in knobs.items() if len(choices) > 1})
+        out.update({name: -1 for name in ranges})
     return out
 
 
 def describe(config: SmartSearchConfig) -> str:
     s, w, g, sw = config.search_space, config.workload, config.goal, config.sweep
     policies = filter_for_goal(config)
+    config = with_policies(config, policies.kept)
     lines = ["config is valid", ""]
     lines.append(f"branches        : {', '.join(s.deployment_mode)} (one Vizier study each); "
                  f"backends {', '.join(s.backend)}")

@@ -1,0 +1,169 @@
+"""``spica evaluate CONFIG [--json]``: replay one fully pinned candidate and print what it scores.
+
+Every knob that applies to the candidate must have one value and ``parallel_configs`` one entry;
+otherwise the command names the knobs that still have several values. The candidate runs through
+the same evaluation path as a sweep (AIC profile, KV capacity, runtime-validated engine args,
+planner policy, replay, goal score), in an isolated worker process with the sweep's
+``max_eval_seconds`` deadline.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from spica_core.errors import SpicaError
+
+EXIT_OK, EXIT_NOT_FEASIBLE, EXIT_USAGE = 0, 1, 2
+
+HEADLINE_ROWS = (
+    ("throughput", "output_throughput_tok_s", "tok/s"),
+    ("throughput per GPU", "output_throughput_tok_s_per_gpu", "tok/s/GPU"),
+    ("throughput per user", "mean_output_token_throughput_per_user", "tok/s/user"),
+    ("requests", "request_throughput_rps", "req/s"),
+    ("TTFT mean", "mean_ttft_ms", "ms"),
+    ("TTFT p99", "p99_ttft_ms", "ms"),
+    ("ITL mean", "mean_itl_ms", "ms"),
+    ("ITL p99", "p99_itl_ms", "ms"),
+    ("E2E mean", "mean_e2e_latency_ms", "ms"),
+    ("E2E p99", "p99_e2e_latency_ms", "ms"),
+    ("goodput", "goodput_output_throughput_tok_s", "tok/s"),
+    ("goodput requests", "goodput_request_throughput_rps", "req/s"),
+    ("prefix hit rate", "prefix_cache_reused_ratio", ""),
+    ("GPU-hours", "gpu_hours", "h"),
+    ("avg GPUs", "avg_gpus", ""),
+    ("completed", "completed_requests", "requests"),
+    ("planner ticks", "planner_total_ticks", ""),
+)
+
+
+def unpinned_knobs(config: Any) -> list[str]:
+    """Knobs that apply to the single candidate but still list several values."""
+    from spica_core.choices import CACHE_HIT_KNOBS, ENGINE_KNOBS, KV_ROUTER_KNOBS, decode_composite
+
+    space = config.search_space
+    multi: list[str] = []
+
+    def check(name: str) -> None:
+        values = getattr(space, name)
+        if len(values) > 1:
+            multi.append(f"{name} ({len(values)} values: {values})")
+
+    for name in ("deployment_mode", "backend", "router_mode", "planner_scaling_policy"):
+        check(name)
+    if len(space.parallel_configs) != 1:
+        multi.append(f"parallel_configs ({len(space.parallel_configs) or 'none: derived'}; give exactly one entry)")
+    if len(space.deployment_mode) == 1:
+        for name in ENGINE_KNOBS[space.deployment_mode[0]]:
+            check(name)
+    if space.router_mode == ["kv_router"]:
+        for name in KV_ROUTER_KNOBS:
+            check(name)
+        if space.num_g2_blocks > 0:
+            for name in CACHE_HIT_KNOBS:
+                check(name)
+    if len(space.planner_scaling_policy) == 1:
+        flags = decode_composite("planner_scaling_policy", space.planner_scaling_policy[0])
+        if flags["enable_throughput_scaling"] or flags["enable_load_scaling"]:
+            check("planner_fpm_sampling")
+            check("planner_load_sensitivity")
+        if flags["enable_throughput_scaling"]:
+            check("load_predictor_candidates")
+    if config.workload.kv_load_range is not None:
+        multi.append(f"workload.kv_load_ratio (a range {config.workload.kv_load_ratio}; give one ratio)")
+    return multi
+
+
+def build_request(config: Any, config_path: str) -> Any:
+    """The single candidate of a fully pinned config as an EvalRequest."""
+    from spica_core.choices import decode_composite
+    from spica_core.evaluation import EvalRequest
+    from spica_core.parallel import ParallelConfig
+    from spica_core.sample import unroll_sample
+
+    multi = unpinned_knobs(config)
+    if multi:
+        raise SpicaError("spica evaluate needs a fully pinned config; these knobs still have several values:\n  - "
+                         + "\n  - ".join(multi))
+    space = config.search_space
+    mode = space.deployment_mode[0]
+    pc = ParallelConfig.from_dict(mode, space.parallel_configs[0].model_dump())
+    predictor = None
+    flags = decode_composite("planner_scaling_policy", space.planner_scaling_policy[0])
+    if flags["enable_throughput_scaling"]:
+        predictor = {flags["throughput_adjustment_interval_seconds"]: space.load_predictor_candidates[0]}
+    sample = unroll_sample(space, {"deployment_mode": mode}, pc, predictor)
+    trace = config.trace_file(Path(config_path).parent)
+    return EvalRequest.from_config(config, sample, trace_file=str(trace) if trace else None, eval_id="evaluate")
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        if math.isinf(value) or math.isnan(value):
+            return str(value)
+        return f"{value:,.4g}" if abs(value) < 1e4 else f"{value:,.0f}"
+    return str(value)
+
+
+def render_text(outcome: Any, goal: Any) -> str:
+    from spica_core.evaluation import headline
+
+    lines = ["candidate (flat sample):"]
+    width = max(len(k) for k in outcome.sample) if outcome.sample else 0
+    for key in sorted(outcome.sample):
+        lines.append(f"  {key:<{width}}  {outcome.sample[key]!r}")
+    lines.append("")
+    lines.append(f"status: {outcome.status}" + (f" — {outcome.reason}" if outcome.reason else ""))
+    if outcome.status == "feasible":
+        head = headline(outcome)
+        lines.append("metrics:")
+        for label, key, unit in HEADLINE_ROWS:
+            if key in head:
+                lines.append(f"  {label:<20} {_fmt(head[key]):>14} {unit}")
+        lines.append(f"goal: {goal.target.value}"
+                     + (f" (sla {goal.sla.model_dump(exclude_none=True)})" if goal.sla else ""))
+        lines.append(f"score: {_fmt(outcome.score)}")
+        if outcome.objectives:
+            lines.append("objectives: " + ", ".join(f"{k}={_fmt(v)}" for k, v in outcome.objectives.items()))
+    t = outcome.timings
+    if "replay_s" in t:
+        lines.append(f"time: prepare {t.get('prepare_s', 0):.2f}s, replay {t['replay_s']:.2f}s")
+    return "\n".join(lines)
+
+
+def render_json(outcome: Any, goal: Any) -> str:
+    from spica_core.evaluation import headline
+
+    body = {"status": outcome.status, "reason": outcome.reason, "sample": outcome.sample,
+            "metrics": headline(outcome) if outcome.status == "feasible" else {},
+            "score": outcome.score, "objectives": outcome.objectives, "goal": goal.model_dump(mode="json"),
+            "planner": {k: v for k, v in outcome.planner.items() if k != "decisions"} if outcome.planner else None,
+            "timings": outcome.timings}
+    return json.dumps(body, indent=2, sort_keys=True, default=str)
+
+
+def evaluate_command(config_path: str, as_json: bool) -> int:
+    """Evaluate the one candidate a pinned config describes; 0 feasible, 1 infeasible/failed, 2 user error."""
+    os.environ.setdefault("DYN_LOG", "error")
+    from spica_core.config import SmartSearchConfig
+    from spica_core.evaluation import EvalPool, evaluate_one
+
+    try:
+        config = SmartSearchConfig.from_yaml(config_path)
+        request = build_request(config, config_path)
+        if config.sweep.max_eval_seconds is not None and config.sweep.parallel_evals > 1:
+            with EvalPool(1, config.sweep.max_eval_seconds) as pool:
+                outcome = pool.evaluate_batch([request])[0]
+        else:
+            outcome = evaluate_one(request)
+    except SpicaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(render_json(outcome, config.goal) if as_json else render_text(outcome, config.goal))
+    return EXIT_OK if outcome.status == "feasible" else EXIT_NOT_FEASIBLE
+
+
+__all__ = ["evaluate_command", "unpinned_knobs", "build_request", "render_text", "render_json"]

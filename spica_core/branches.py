@@ -1,0 +1,431 @@
+"""Search branches: one per deployment mode, with its viable backends, config pool and knobs (§7.1 step 4).
+
+Two stages, each with its own artifact:
+
+1. :func:`legal_space` — per mode × backend, is the pair runnable (replay support, perf DB) and
+   which parallel configs are legal (§2.12 steps 2–7, §2.13 rules). No memory estimate yet.
+   Rows: ``branches.parquet``.
+2. :func:`kv_filter` — estimate KV per distinct (backend, shape) (§2.12 step 8), drop infeasible
+   configs and empty backends / modes, prune dead knobs (§2.11) and build the :class:`Branch`
+   objects the study uses. Rows: ``shapes.parquet``.
+
+:func:`enumerate_branches` runs both.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import pyarrow as pa
+
+from .choices import (
+    CACHE_HIT_KNOBS,
+    COMPOSITE_PRESETS,
+    ENGINE_KNOBS,
+    INT_KNOBS,
+    KV_ROUTER_KNOBS,
+    PLANNER_DETAIL_KNOBS,
+    decode_composite,
+)
+from .config import DisaggParallel, ParallelShape, SmartSearchConfig
+from .enumeration import config_rejection, configs_from_shapes, sort_configs, strategies, worker_shapes
+from .errors import NoViableParallelConfig
+from .hardware import ModelFacts, SystemFacts, model_facts, system_facts
+from .kv import ShapeKV, max_seq_len, no_viable_message, shape_kv
+from .params import Param
+from .parallel import Mode, ParallelConfig, RoleConfig, Shape
+
+log = logging.getLogger(__name__)
+
+TRTLLM_DISAGG_REASON = ("Dynamo replay cannot run TRT-LLM disaggregated (trtllm + disagg is unsupported); "
+                        "use vllm or sglang for disagg")
+
+BRANCHES_SCHEMA = pa.schema([
+    ("mode", pa.string()), ("backend", pa.string()), ("backend_version", pa.string()),
+    ("parallel_config", pa.string()), ("label", pa.string()), ("strategy", pa.string()),
+    ("used_gpus", pa.int64()), ("pinned", pa.bool_()), ("supported", pa.bool_()), ("reason", pa.string()),
+])
+
+SHAPES_SCHEMA = pa.schema([
+    ("backend", pa.string()), ("backend_version", pa.string()), ("shape", pa.string()),
+    ("tp", pa.int64()), ("attention_dp", pa.int64()), ("moe_tp", pa.int64()), ("moe_ep", pa.int64()),
+    ("pp", pa.int64()), ("gpus", pa.int64()), ("strategy", pa.string()),
+    ("kv_tokens_per_rank", pa.int64()), ("max_seq_len", pa.int64()), ("feasible", pa.bool_()),
+    ("reason", pa.string()),
+])
+
+
+def config_json(config: ParallelConfig) -> str:
+    """The canonical text of a config (YAML entry form, sorted keys): a join key across artifacts."""
+    return json.dumps(config.to_dict(), sort_keys=True)
+
+
+def config_strategy(config: ParallelConfig) -> str:
+    """``tep`` for agg, ``tep+dep`` (prefill+decode) for disagg."""
+    return "+".join(s.strategy for s in config.shapes)
+
+
+def pinned_configs(config: SmartSearchConfig) -> tuple[ParallelConfig, ...]:
+    """The user's ``parallel_configs`` as value objects (order kept, duplicates dropped)."""
+    ss = config.search_space
+    if not ss.parallel_configs:
+        return ()
+    mode: Mode = ss.deployment_mode[0]  # type: ignore[assignment]
+
+    def role(p: ParallelShape) -> RoleConfig:
+        return RoleConfig(Shape(p.tp, p.attention_dp, p.moe_tp, p.moe_ep, p.pp), p.replicas)
+
+    out: list[ParallelConfig] = []
+    for entry in ss.parallel_configs:
+        if isinstance(entry, DisaggParallel):
+            pc = ParallelConfig("disagg", prefill=role(entry.prefill), decode=role(entry.decode))
+        else:
+            pc = ParallelConfig(mode, agg=role(entry))
+        if pc not in out:
+            out.append(pc)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- stage 1: legality
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """A backend dropped from a mode (``backend`` set) or a whole mode skipped (``backend`` None)."""
+
+    mode: str
+    backend: str | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class BackendSpace:
+    """One (mode, backend) before the KV filter."""
+
+    mode: Mode
+    backend: str
+    version: str | None
+    configs: tuple[ParallelConfig, ...]            # legal configs (derived) or legal pins
+    shapes: tuple[Shape, ...]                      # distinct worker shapes the configs use
+    dropped_reason: str | None = None              # set when the pair cannot run at all
+    pin_reasons: Mapping[ParallelConfig, str] = field(default_factory=dict)  # pins: "" = legal
+
+
+@dataclass(frozen=True)
+class LegalSpace:
+    """Stage 1's result: the facts and every (mode, backend) space."""
+
+    config: SmartSearchConfig
+    model: ModelFacts
+    system: SystemFacts
+    max_seq_len: int
+    pins: tuple[ParallelConfig, ...]
+    spaces: tuple[BackendSpace, ...]
+
+    def rows(self) -> list[dict[str, Any]]:
+        """``branches.parquet``: one row per (mode, backend, config); a dropped pair has one row without config."""
+        out: list[dict[str, Any]] = []
+        for sp in self.spaces:
+            base = {"mode": sp.mode, "backend": sp.backend, "backend_version": sp.version}
+            if sp.dropped_reason is not None and not sp.pin_reasons:
+                out.append({**base, "parallel_config": None, "label": None, "strategy": None, "used_gpus": None,
+                            "pinned": bool(self.pins), "supported": False, "reason": sp.dropped_reason})
+                continue
+            listed = self.pins if self.pins else sp.configs
+            for pc in listed:
+                reason = sp.pin_reasons.get(pc, "") if self.pins else ""
+                out.append({**base, "parallel_config": config_json(pc), "label": pc.label(),
+                            "strategy": config_strategy(pc), "used_gpus": pc.used_gpus, "pinned": bool(self.pins),
+                            "supported": not reason, "reason": reason})
+        return out
+
+    def table(self) -> pa.Table:
+        return pa.Table.from_pylist(self.rows(), schema=BRANCHES_SCHEMA)
+
+
+def legal_space(config: SmartSearchConfig) -> LegalSpace:
+    """Stage 1: facts, replay and perf-DB viability, legal configs per (mode, backend).
+
+    Raises UnknownModel / UnknownSystem, and NoViableParallelConfig for a pinned config that
+    breaks the enumeration rules on every backend (before any memory estimate or replay).
+    """
+    ss = config.search_space
+    model = model_facts(ss.model_name)
+    system = system_facts(ss.hardware_sku)
+    seq = max_seq_len(ss.model_name, ss.context_length)
+    pins = pinned_configs(config)
+    spaces: list[BackendSpace] = []
+    for mode in ss.deployment_mode:
+        for backend in ss.backend:
+            version = system.backend_versions.get(backend)
+            dropped: str | None = None
+            if backend == "trtllm" and mode == "disagg":
+                dropped = TRTLLM_DISAGG_REASON
+            elif version is None:
+                have = ", ".join(system.backend_versions) or "none"
+                dropped = (f"aiconfigurator-core has no perf database for {backend} on {system.name} "
+                           f"(backends with data: {have})")
+            if pins:
+                reasons = {pc: (dropped or config_rejection(pc, model.is_moe, backend, ss.gpu_budget,
+                                                            ss.min_gpu_budget) or "") for pc in pins}
+                legal = tuple(pc for pc in pins if not reasons[pc])
+                if dropped is None and not legal:
+                    dropped = "no pinned parallel config is legal for this backend"
+                shapes = tuple(sorted({s for pc in legal for s in pc.shapes}, key=lambda s: (s.gpus, s.sort_key())))
+                spaces.append(BackendSpace(mode, backend, version, legal, shapes, dropped, reasons))  # type: ignore[arg-type]
+                continue
+            if dropped is not None:
+                spaces.append(BackendSpace(mode, backend, version, (), (), dropped))  # type: ignore[arg-type]
+                continue
+            shapes_l = worker_shapes(model.is_moe, ss.gpu_budget, backend)
+            configs = configs_from_shapes(mode, shapes_l, ss.gpu_budget, ss.min_gpu_budget)  # type: ignore[arg-type]
+            if not configs:
+                dropped = (f"no legal {mode} parallel config within gpu_budget {ss.gpu_budget}"
+                           + (f" and min_gpu_budget {ss.min_gpu_budget}" if ss.min_gpu_budget else ""))
+            spaces.append(BackendSpace(mode, backend, version, tuple(configs), tuple(shapes_l), dropped))  # type: ignore[arg-type]
+    space = LegalSpace(config, model, system, seq, pins, tuple(spaces))
+    for pc in pins:
+        if all(sp.pin_reasons.get(pc) for sp in space.spaces):
+            raise NoViableParallelConfig(_pin_error(pc, space.spaces))
+    return space
+
+
+def _pin_error(pc: ParallelConfig, spaces: Sequence[BackendSpace], kv: Mapping[str, str] | None = None) -> str:
+    parts = [f"{sp.backend}: {(kv or {}).get(sp.backend) or sp.pin_reasons.get(pc) or sp.dropped_reason}"
+             for sp in spaces]
+    return (f"pinned parallel config {config_json(pc)} is legal for no backend — " + "; ".join(parts)
+            + ". Fix or remove the entry (see `spica space` with parallel_configs: [] for legal ones).")
+
+
+# ---------------------------------------------------------------- stage 2: KV filter and branches
+
+
+@dataclass(frozen=True)
+class Branch:
+    """One deployment mode's search space: what the study of that mode may try."""
+
+    mode: Mode
+    backends: tuple[str, ...]                                  # viable, in configured order
+    pool: tuple[ParallelConfig, ...]                           # union over backends, deterministic order
+    supported_backends: Mapping[ParallelConfig, tuple[str, ...]]
+    knob_choices: Mapping[str, list[Any]]                      # includes 'backend'; after §2.11 pruning
+    float_ranges: Mapping[str, tuple[float, float]]            # ranged kv_load_ratio
+    gpu_budget: int
+    pinned: bool = False
+
+    @property
+    def is_strict_pin(self) -> bool:
+        """One config: no parallel dimensions and no projection (§2.13)."""
+        return len(self.pool) == 1
+
+    def configs_for(self, backend: str) -> tuple[ParallelConfig, ...]:
+        """The configs a backend can run, in pool order."""
+        return tuple(c for c in self.pool if backend in self.supported_backends[c])
+
+    def knob_params(self) -> list[Param]:
+        """§7.3 rows for the knobs: one Param per knob with more than one distinct choice."""
+        params: list[Param] = []
+        for name, choices in self.knob_choices.items():
+            if len(choices) <= 1:
+                continue
+            if name in COMPOSITE_PRESETS and any(isinstance(c, dict) for c in choices):
+                params.append(Param(name, "categorical", tuple(str(i) for i in range(len(choices))),
+                                    entries=tuple(choices)))
+            elif all(isinstance(c, str) for c in choices):
+                params.append(Param(name, "categorical", tuple(choices),
+                                    default=choices[0] if name == "backend" else None))
+            else:
+                params.append(Param(name, "discrete", tuple(sorted(float(c) for c in choices)),
+                                    is_int=name in INT_KNOBS))
+        for name, (lo, hi) in self.float_ranges.items():
+            params.append(Param(name, "float", bounds=(lo, hi), default=(lo + hi) / 2))
+        return params
+
+    def constants(self) -> dict[str, Any]:
+        """Knobs with a single choice: not study dimensions, injected into every sample."""
+        return {k: v[0] for k, v in self.knob_choices.items() if len(v) == 1}
+
+    def summary(self) -> dict[str, Any]:
+        """Counts and strategies per backend (what ``spica space`` prints)."""
+        out: dict[str, Any] = {}
+        for b in self.backends:
+            cfgs = self.configs_for(b)
+            out[b] = {"num_configs": len(cfgs), "strategies": strategies(cfgs), "engine_sizes": engine_sizes(cfgs)}
+        return out
+
+
+def engine_sizes(configs: Sequence[ParallelConfig]) -> dict[str, list[int]]:
+    """Distinct GPUs per engine, per role."""
+    sizes: dict[str, set[int]] = {}
+    for c in configs:
+        for role, rc in c.roles.items():
+            sizes.setdefault(role, set()).add(rc.shape.gpus)
+    return {role: sorted(v) for role, v in sizes.items()}
+
+
+@dataclass(frozen=True)
+class BranchSet:
+    """Stage 2's result: the branches, what was dropped and why, and the KV record of every shape."""
+
+    branches: tuple[Branch, ...]
+    dropped: tuple[Dropped, ...]
+    warnings: tuple[str, ...]
+    shape_records: tuple[ShapeKV, ...]
+    model: ModelFacts
+    system: SystemFacts
+    max_seq_len: int
+    legal: LegalSpace
+
+    def branch(self, mode: str) -> Branch:
+        for b in self.branches:
+            if b.mode == mode:
+                return b
+        raise KeyError(f"no {mode} branch (dropped: {[d for d in self.dropped if d.mode == mode]})")
+
+    def shape_rows(self) -> list[dict[str, Any]]:
+        return [r.row() for r in self.shape_records]
+
+    def shapes_table(self) -> pa.Table:
+        return shapes_table(self.shape_records)
+
+
+def branch_knob_choices(config: SmartSearchConfig, mode: str, backends: Sequence[str]
+                        ) -> tuple[dict[str, list[Any]], dict[str, tuple[float, float]]]:
+    """§2.11: the knobs this branch searches (with their choices), and its float ranges."""
+    ss = config.search_space
+    knobs: dict[str, list[Any]] = {"backend": list(backends)}
+    for name in ENGINE_KNOBS[mode]:                                   # rule 4
+        knobs[name] = list(getattr(ss, name))
+    knobs["router_mode"] = list(ss.router_mode)
+    if set(ss.router_mode) != {"round_robin"}:                        # rule 1
+        for name in KV_ROUTER_KNOBS:
+            knobs[name] = list(getattr(ss, name))
+        if ss.num_g2_blocks > 0:                                      # rule 2
+            for name in CACHE_HIT_KNOBS:
+                knobs[name] = list(getattr(ss, name))
+    policies = list(ss.planner_scaling_policy)
+    knobs["planner_scaling_policy"] = policies
+    planner_on = False
+    for entry in policies:
+        fields = decode_composite("planner_scaling_policy", entry)
+        planner_on = planner_on or fields["enable_throughput_scaling"] or fields["enable_load_scaling"]
+    if planner_on:                                                    # rule 3
+        for name in PLANNER_DETAIL_KNOBS:
+            knobs[name] = list(getattr(ss, name))
+    ranges: dict[str, tuple[float, float]] = {}
+    kv_range = config.workload.kv_load_range                          # rule 6
+    if kv_range is not None:
+        ranges["kv_load_ratio"] = (float(kv_range[0]), float(kv_range[1]))
+    elif config.workload.kv_load_ratio is not None:
+        knobs["kv_load_ratio"] = [float(config.workload.kv_load_ratio)]
+    return knobs, ranges
+
+
+def estimate_shapes(space: LegalSpace) -> dict[tuple[str, Shape], ShapeKV]:
+    """§2.12 step 8 for every distinct (backend, shape) of a runnable (mode, backend) pair."""
+    ss = space.config.search_space
+    records: dict[tuple[str, Shape], ShapeKV] = {}
+    for sp in space.spaces:
+        if sp.dropped_reason is not None:
+            continue
+        for shape in sp.shapes:
+            if (sp.backend, shape) not in records:
+                records[(sp.backend, shape)] = shape_kv(ss.model_name, ss.hardware_sku, sp.backend, shape,
+                                                        space.max_seq_len)
+    return records
+
+
+def ordered_records(records: Mapping[tuple[str, Shape], ShapeKV], backend_order: Sequence[str]) -> list[ShapeKV]:
+    """Records in a stable order: configured backend order, then engine size, then shape key."""
+    return sorted(records.values(),
+                  key=lambda r: (list(backend_order).index(r.backend), r.shape.gpus, r.shape.sort_key()))
+
+
+def shapes_table(records: Sequence[ShapeKV]) -> pa.Table:
+    """``shapes.parquet`` from KV records."""
+    return pa.Table.from_pylist([r.row() for r in records], schema=SHAPES_SCHEMA)
+
+
+def kv_filter(space: LegalSpace, records: Mapping[tuple[str, Shape], ShapeKV] | None = None) -> BranchSet:
+    """Stage 2: KV-filter every legal config, drop empty backends and modes, build the branches.
+
+    ``records`` (from :func:`estimate_shapes`) may be passed to avoid estimating twice. Raises
+    NoViableParallelConfig when a pin is feasible for no backend or no mode survives.
+    """
+    config = space.config
+    ss = config.search_space
+    if records is None:
+        records = estimate_shapes(space)
+
+    def verdict(backend: str, shape: Shape) -> ShapeKV:
+        return records[(backend, shape)]  # type: ignore[index]
+
+    dropped: list[Dropped] = []
+    warnings: list[str] = []
+    branches: list[Branch] = []
+    pin_kv_reasons: dict[ParallelConfig, dict[str, str]] = {pc: {} for pc in space.pins}
+    for mode in ss.deployment_mode:
+        per_backend: dict[str, list[ParallelConfig]] = {}
+        for sp in (s for s in space.spaces if s.mode == mode):
+            if sp.dropped_reason is not None:
+                dropped.append(Dropped(mode, sp.backend, sp.dropped_reason))
+                continue
+            kv = {s: verdict(sp.backend, s) for s in sp.shapes}
+            kept: list[ParallelConfig] = []
+            for pc in sp.configs:
+                bad = [(role, kv[rc.shape]) for role, rc in pc.roles.items() if not kv[rc.shape].feasible]
+                if not bad:
+                    kept.append(pc)
+                elif pc in pin_kv_reasons:
+                    pin_kv_reasons[pc][sp.backend] = "; ".join(
+                        f"{role} {r.shape.strategy.upper()}{r.shape.gpus} not KV-feasible ({r.reason})" for role, r in bad)
+            if not kept:
+                if space.pins:
+                    reason = "no pinned parallel config is KV-feasible for this backend"
+                else:
+                    reason = no_viable_message(ss.model_name, ss.hardware_sku, ss.gpu_budget, mode, sp.backend,
+                                               list(kv.values()), ss.min_gpu_budget)
+                dropped.append(Dropped(mode, sp.backend, reason))
+                continue
+            per_backend[sp.backend] = kept
+        viable = [b for b in ss.backend if b in per_backend]
+        if not viable:
+            why = "; ".join(f"{d.backend}: {d.reason}" for d in dropped if d.mode == mode)
+            msg = f"deployment mode {mode} skipped: no viable backend ({why})"
+            warnings.append(msg)
+            log.warning(msg)
+            dropped.append(Dropped(mode, None, "no viable backend"))
+            continue
+        pool = sort_configs(c for b in viable for c in per_backend[b])
+        members = {b: set(per_backend[b]) for b in viable}
+        supported = {c: tuple(b for b in viable if c in members[b]) for c in pool}
+        knobs, ranges = branch_knob_choices(config, mode, viable)
+        branches.append(Branch(mode, tuple(viable), tuple(pool), supported, knobs, ranges,  # type: ignore[arg-type]
+                               ss.gpu_budget, pinned=bool(space.pins)))
+
+    for pc in space.pins:
+        legal_somewhere = any(pc in b.supported_backends for b in branches)
+        if not legal_somewhere:
+            raise NoViableParallelConfig(_pin_error(pc, space.spaces, pin_kv_reasons[pc]))
+    if not branches:
+        why = "; ".join(f"{d.mode}/{d.backend}: {d.reason}" for d in dropped if d.backend is not None)
+        raise NoViableParallelConfig(f"no deployment mode is viable for {ss.model_name} on {ss.gpu_budget} × "
+                                     f"{ss.hardware_sku}: {why}")
+    shape_records = tuple(ordered_records(records, ss.backend))
+    return BranchSet(tuple(branches), tuple(dropped), tuple(warnings), shape_records,
+                     space.model, space.system, space.max_seq_len, space)
+
+
+def enumerate_branches(config: SmartSearchConfig) -> BranchSet:
+    """§7.1 step 4 end to end: legality, KV filter, branches."""
+    return kv_filter(legal_space(config))
+
+
+__all__ = [
+    "Branch", "BranchSet", "BackendSpace", "LegalSpace", "Dropped", "legal_space", "kv_filter", "estimate_shapes",
+    "ordered_records", "shapes_table",
+    "enumerate_branches", "branch_knob_choices", "pinned_configs", "config_json", "config_strategy",
+    "engine_sizes", "BRANCHES_SCHEMA", "SHAPES_SCHEMA", "TRTLLM_DISAGG_REASON",
+]

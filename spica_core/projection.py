@@ -1,0 +1,222 @@
+"""Structured parallel features and projection onto the valid pool — reference §7.4.
+
+The optimizer never sees a config index. It sees a few latent features (GPU share of the
+budget, engine sizes, attention / FFN modes) whose ranges come from the branch's pool, and every
+suggestion is projected onto the nearest config the selected backend can run: modes first, then
+normalised numeric distance, then a fixed tie-break, so the result never depends on history.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from .branches import Branch
+from .params import Param
+from .parallel import ParallelConfig
+
+ATTENTION_ORDER: tuple[str, ...] = ("tp", "dp")
+FFN_ORDER: tuple[str, ...] = ("ep", "tp")
+_DISTANCE_DIGITS = 12  # distances equal to this many digits are ties (float noise must not break them)
+
+
+def _roles(mode: str) -> tuple[str, ...]:
+    return ("agg",) if mode == "agg" else ("prefill", "decode")
+
+
+def has_moe_shape(pool: Sequence[ParallelConfig]) -> bool:
+    """FFN-mode features exist only when some shape shards experts (moe_tp × moe_ep > 1)."""
+    return any(s.is_moe_sharded for c in pool for s in c.shapes)
+
+
+def numeric_features(mode: str) -> tuple[str, ...]:
+    """Numeric latent names of a mode, in declaration order."""
+    if mode == "agg":
+        return ("used_gpu_ratio", "agg_num_gpus_per_engine_target")
+    return ("used_gpu_ratio", "prefill_gpu_share", "prefill_num_gpus_per_engine_target",
+            "decode_num_gpus_per_engine_target")
+
+
+def categorical_features(mode: str, with_ffn: bool) -> tuple[str, ...]:
+    """Categorical latent names (attention modes, then FFN modes when the pool has MoE shapes)."""
+    roles = _roles(mode)
+    names = tuple(f"{r}_attention_mode" for r in roles)
+    if with_ffn:
+        names += tuple(f"{r}_ffn_mode" for r in roles)
+    return names
+
+
+def is_engine_size(name: str) -> bool:
+    return name.endswith("_num_gpus_per_engine_target")
+
+
+def config_features(config: ParallelConfig, gpu_budget: int, with_ffn: bool) -> dict[str, Any]:
+    """A config's actual features (the same names the optimizer requests)."""
+    total = config.used_gpus
+    out: dict[str, Any] = {"used_gpu_ratio": total / gpu_budget}
+    if config.mode == "disagg":
+        assert config.prefill is not None
+        out["prefill_gpu_share"] = config.prefill.gpus / total
+    roles = config.roles
+    for role, rc in roles.items():
+        out[f"{role}_num_gpus_per_engine_target"] = rc.shape.gpus
+    for role, rc in roles.items():
+        out[f"{role}_attention_mode"] = rc.shape.attention_mode
+    if with_ffn:
+        for role, rc in roles.items():
+            out[f"{role}_ffn_mode"] = rc.shape.ffn_mode
+    return out
+
+
+def geometric_centre(values: Sequence[float]) -> float:
+    """The value closest in log space to √(min × max); a tie picks the smaller (e.g. {1,2,4,8,16} → 4)."""
+    vals = sorted(set(values))
+    target = (math.log2(vals[0]) + math.log2(vals[-1])) / 2
+    return min(vals, key=lambda v: (round(abs(math.log2(v) - target), _DISTANCE_DIGITS), v))
+
+
+def _transform(name: str, value: float) -> float:
+    return math.log2(value) if is_engine_size(name) else float(value)
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One latent feature of a branch: its values or range, and its default."""
+
+    name: str
+    kind: str                      # float | discrete | categorical
+    values: tuple[Any, ...]        # discrete / categorical: present values (categorical in canonical order)
+    bounds: tuple[float, float] | None
+    default: Any
+
+    @property
+    def single_valued(self) -> bool:
+        if self.kind == "float":
+            assert self.bounds is not None
+            return self.bounds[0] == self.bounds[1]
+        return len(self.values) <= 1
+
+    def param(self) -> Param:
+        if self.kind == "float":
+            return Param(self.name, "float", bounds=self.bounds, default=self.default)
+        if self.kind == "discrete":
+            return Param(self.name, "discrete", self.values, log_scale=True, default=self.default, is_int=True)
+        return Param(self.name, "categorical", self.values, default=self.default)
+
+
+def branch_features(branch: Branch) -> list[Feature]:
+    """Every latent feature of the branch (single-valued ones included), built from the union pool."""
+    pool = branch.pool
+    with_ffn = has_moe_shape(pool)
+    feats = [config_features(c, branch.gpu_budget, with_ffn) for c in pool]
+    out: list[Feature] = []
+    for name in numeric_features(branch.mode):
+        vals = [f[name] for f in feats]
+        if is_engine_size(name):
+            present = tuple(sorted(set(vals)))
+            out.append(Feature(name, "discrete", present, None, int(geometric_centre(present))))
+        else:
+            lo, hi = min(vals), max(vals)
+            centre = 1.0 if name == "used_gpu_ratio" else 0.5
+            out.append(Feature(name, "float", (), (lo, hi), min(max(centre, lo), hi)))
+    for name in categorical_features(branch.mode, with_ffn):
+        order = FFN_ORDER if name.endswith("_ffn_mode") else ATTENTION_ORDER
+        present = tuple(v for v in order if any(f[name] == v for f in feats))
+        out.append(Feature(name, "categorical", present, None, present[0]))
+    return out
+
+
+def latent_params(branch: Branch) -> list[Param]:
+    """The study dimensions for parallelism: multi-valued features only; none for a one-config pool."""
+    if len(branch.pool) <= 1:
+        return []
+    return [f.param() for f in branch_features(branch) if not f.single_valued]
+
+
+def latent_defaults(branch: Branch) -> dict[str, Any]:
+    """Default of every feature; omitted (single-valued) features are requested at their default."""
+    return {f.name: f.default for f in branch_features(branch)}
+
+
+@dataclass(frozen=True)
+class ProjectionRecord:
+    """What one projection did: recorded on the trial as ``spica_projection``."""
+
+    requested_features: dict[str, Any]
+    actual_features: dict[str, Any]
+    distance: float
+    mode_projected: bool
+    config: ParallelConfig
+    bypassed: bool = False   # one-config pool: no projection happened
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "requested_features": self.requested_features,
+            "actual_features": self.actual_features,
+            "projection_distance": self.distance,
+            "mode_projected": self.mode_projected,
+            "actual_parallel_config": self.config.to_dict(),
+        }
+
+    def to_json(self) -> str:
+        """The trial metadata value (sorted keys, §7.4)."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+def project(branch: Branch, backend: str, requested: Mapping[str, Any]) -> ProjectionRecord:
+    """Map a latent request onto the config of ``backend``'s pool it is closest to (§7.4 steps 1–4).
+
+    Missing features are requested at their defaults. Deterministic: the same request always
+    gives the same config.
+    """
+    if backend not in branch.backends:
+        raise ValueError(f"backend {backend!r} is not viable in the {branch.mode} branch {list(branch.backends)}")
+    with_ffn = has_moe_shape(branch.pool)
+    if len(branch.pool) == 1:  # strict pin: bypass
+        only = branch.pool[0]
+        return ProjectionRecord(dict(requested), config_features(only, branch.gpu_budget, with_ffn), 0.0, False,
+                                only, bypassed=True)
+    full = {**latent_defaults(branch), **dict(requested)}
+    numeric = numeric_features(branch.mode)
+    categorical = categorical_features(branch.mode, with_ffn)
+    unknown = [k for k in requested if k not in numeric and k not in categorical]
+    if unknown:
+        raise ValueError(f"unknown latent feature(s) {unknown}; expected {list(numeric + categorical)}")
+
+    candidates = branch.configs_for(backend)                                    # step 1
+    feats = {c: config_features(c, branch.gpu_budget, with_ffn) for c in candidates}
+    mismatches = {c: sum(feats[c][n] != full[n] for n in categorical) for c in candidates}
+    best_mismatch = min(mismatches.values())                                     # step 2
+    survivors = [c for c in candidates if mismatches[c] == best_mismatch]
+    spans: dict[str, float] = {}
+    for name in numeric:                                                         # step 3: span over the backend
+        ts = [_transform(name, feats[c][name]) for c in candidates]
+        spans[name] = max(ts) - min(ts)
+
+    def distance(c: ParallelConfig) -> float:
+        total = 0.0
+        for name in numeric:
+            if spans[name] > 0:
+                delta = _transform(name, feats[c][name]) - _transform(name, float(full[name]))
+                total += (delta / spans[name]) ** 2
+        return total
+
+    scored = [(round(distance(c), _DISTANCE_DIGITS), c.sort_key(), c) for c in survivors]
+    dist, _, chosen = min(scored, key=lambda t: (t[0], t[1]))                    # step 4
+    return ProjectionRecord(full, feats[chosen], float(dist), best_mismatch > 0, chosen)
+
+
+def study_params(branch: Branch) -> list[Param]:
+    """Latent parallel dimensions, then knob dimensions; the ``_spica_constant`` guard if nothing varies (§7.3)."""
+    params = latent_params(branch) + branch.knob_params()
+    if not params:
+        params = [Param("_spica_constant", "categorical", ("0",), default="0")]
+    return params
+
+
+__all__ = [
+    "Feature", "ProjectionRecord", "branch_features", "latent_params", "latent_defaults", "project",
+    "config_features", "geometric_centre", "has_moe_shape", "study_params", "numeric_features",
+    "categorical_features",
+]

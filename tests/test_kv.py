@@ -1,0 +1,80 @@
+"""§2.12 step 8: a shape is kept iff one rank's KV pool holds one longest sequence (> max_seq_len)."""
+from __future__ import annotations
+
+import pytest
+
+from spica_core.enumeration import worker_shapes
+from spica_core.errors import NoPerfDatabase, NoViableParallelConfig
+from spica_core.kv import feasible_shapes, max_seq_len, parallel_configs_for, shape_kv
+from spica_core.parallel import Shape
+
+QWEN = "Qwen/Qwen3-32B"
+DSV3 = "deepseek-ai/DeepSeek-V3"
+GIB = 1 << 30
+
+
+def _tp1_vllm_tokens() -> int:
+    """Qwen3-32B TP1 on H200, vLLM (of_total 0.9): weights 65,522,892,800 B, activations 1,476,395,008 B
+    (8192 tokens), runtime 3.5 GiB, no NCCL; 262,144 B/token."""
+    return int((141 * GIB * 0.9 - (65_522_892_800 + 1_476_395_008 + 3_758_096_384)) / 262_144)
+
+
+def test_max_seq_len_defaults_to_model_context() -> None:
+    assert max_seq_len(QWEN, None) == 40_960
+    assert max_seq_len(QWEN, 8192) == 8192
+
+
+def test_qwen3_32b_every_tp_holds_the_model_max_context() -> None:
+    shapes = worker_shapes(False, 8, "vllm")
+    kept, records = feasible_shapes(QWEN, "h200_sxm", "vllm", shapes, 40_960)
+    assert kept == [Shape(1), Shape(2), Shape(4), Shape(8)]
+    tokens = [r.kv_tokens_per_rank for r in records]
+    assert tokens[0] == _tp1_vllm_tokens() == 249_864
+    # KV heads shard with TP while weights shrink: capacity grows faster than linearly
+    assert tokens == sorted(tokens) and tokens[1] > 2 * tokens[0]
+
+
+def test_qwen3_32b_tp1_fails_a_250k_context_on_vllm_but_not_trtllm() -> None:
+    """249,864 ≤ 250,000 on vLLM (fraction of total). TRT-LLM's fraction is of *free* memory:
+    (141 GiB − non-KV) × 0.9 / 262,144 = 276,856 > 250,000."""
+    vllm = shape_kv(QWEN, "h200_sxm", "vllm", Shape(1), 250_000)
+    assert not vllm.feasible and vllm.kv_tokens_per_rank == 249_864 and "max_seq_len 250000" in vllm.reason
+    trt = shape_kv(QWEN, "h200_sxm", "trtllm", Shape(1), 250_000)
+    non_kv = 65_522_892_800 + 1_476_395_008 + 3_758_096_384
+    assert trt.feasible and trt.kv_tokens_per_rank == int((141 * GIB - non_kv) * 0.9 / 262_144) == 276_856
+    configs, _ = parallel_configs_for(QWEN, "h200_sxm", 8, "agg", "vllm", seq_len=250_000)
+    assert {c.agg.shape.tp for c in configs if c.agg} == {2, 4, 8}
+    assert len(configs) == 4 + 2 + 1  # TP2×1..4, TP4×1..2, TP8×1
+
+
+def test_deepseek_v3_small_shapes_have_no_kv_budget() -> None:
+    """657 GiB of FP8 weights: 4 GPUs hold ≥ 164 GiB each, more than a 141 GiB H200."""
+    for shape in worker_shapes(True, 4, "vllm"):
+        r = shape_kv(DSV3, "h200_sxm", "vllm", shape, 163_840)
+        assert not r.feasible and r.kv_tokens_per_rank is None and r.reason.startswith("no KV budget")
+
+
+@pytest.mark.parametrize("backend, shape, feasible", [
+    # DEP8: attention replicated per DP rank (97 GiB weights per GPU) but still > 163,840 tokens
+    ("vllm", Shape(tp=1, attention_dp=8, moe_ep=8), True),
+    # DTP8 on vLLM/SGLang: replicated attention + dense-sharded experts leave no KV budget ...
+    ("vllm", Shape(tp=1, attention_dp=8, moe_tp=8), False),
+    ("sglang", Shape(tp=1, attention_dp=8, moe_tp=8), False),
+    # ... while TRT-LLM's fraction-of-free budget keeps it
+    ("trtllm", Shape(tp=1, attention_dp=8, moe_tp=8), True),
+    # DTP16: vLLM keeps it (249,681 tokens), SGLang's larger runtime reservation does not
+    ("vllm", Shape(tp=1, attention_dp=16, moe_tp=16), True),
+    ("sglang", Shape(tp=1, attention_dp=16, moe_tp=16), False),
+    ("sglang", Shape(tp=8, moe_ep=8), True),
+])
+def test_deepseek_v3_pattern_feasibility_per_backend(backend: str, shape: Shape, feasible: bool) -> None:
+    assert shape_kv(DSV3, "h200_sxm", backend, shape, 163_840).feasible is feasible
+
+
+def test_no_perf_db_and_nothing_feasible() -> None:
+    with pytest.raises(NoPerfDatabase):
+        parallel_configs_for(QWEN, "h100_pcie", 8, "agg", "vllm")
+    with pytest.raises(NoViableParallelConfig) as err:
+        parallel_configs_for(DSV3, "h200_sxm", 4, "agg", "vllm")
+    text = str(err.value)
+    assert "TEP4" in text and "no KV budget" in text and "gpu_budget" in text
