@@ -58,14 +58,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from spica_core.config import SmartSearchConfig
+    from spica_cli.sweep import sweep_command
 
-    SmartSearchConfig.from_yaml(args.config)  # fail fast, before Prefect starts its server
-    from flows.sweep import sweep
-
-    run_dir = sweep(config_path=args.config, runs_root=args.runs_root, run_dir=args.run_dir)
-    print(f"run folder: {run_dir}")
-    return EXIT_OK
+    return sweep_command(args.config, args.runs_root, args.run_dir)
 
 
 def build_parser() -> argparse.ArgumentParser:

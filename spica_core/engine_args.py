@@ -69,18 +69,14 @@ def kv_transfer_fields(model: str, shape: Shape) -> dict[str, float]:
 
 
 def host_offload_fields(sample: Mapping[str, Any], role: str) -> dict[str, Any]:
-    """§9.3 G2 host offload mapped onto the runtime's native_host_offload (agg/prefill only, never decode).
+    """§9.3 G2 host offload mapped onto the runtime's native_host_offload (agg and prefill, never decode).
 
-    The runtime models host offload for vLLM aggregated workers only; anything else is refused with a
-    reason instead of being replayed without the tier it asked for. offload_batch_size has no
-    counterpart in the runtime and is ignored.
+    The runtime models host offload for vLLM only and rejects other backends in its normaliser,
+    which turns such a candidate into a failed outcome carrying the runtime's reason.
+    offload_batch_size has no counterpart in the runtime and is ignored.
     """
     if not sample.get("num_g2_blocks") or role == "decode":
         return {}
-    if sample["backend"] != "vllm" or role != "agg":
-        raise RejectedEngineArgs(
-            f"G2 host offload (num_g2_blocks={sample['num_g2_blocks']}) is replayable only for vllm aggregated "
-            f"workers (runtime native_host_offload); got backend {sample['backend']}, role {role}")
     offload: dict[str, Any] = {"num_host_blocks": int(sample["num_g2_blocks"])}
     if sample.get("bandwidth_g1_to_g2_gbps") is not None:
         offload["d2h_bandwidth_gbps"] = float(sample["bandwidth_g1_to_g2_gbps"])

@@ -92,6 +92,24 @@ class LoadPredictorResult:
                             "mean_loss": None, "winner": True, "reason": self.reason})
         return out
 
+    @classmethod
+    def from_rows(cls, rows: Sequence[dict[str, Any]]) -> LoadPredictorResult:
+        """Rebuild the result from load_predictor.parquet rows (a resumed run reads the artifact)."""
+        if not rows:
+            return cls(best_by_interval={}, losses={}, reason=REASON_NO_THROUGHPUT)
+        best: dict[int, Entry] = {}
+        losses: dict[int, dict[str, float]] = {}
+        entries: dict[str, Entry] = {}
+        for row in rows:
+            interval = int(row["interval_seconds"])
+            entry = json.loads(row["entry_json"])
+            entries.setdefault(row["entry_label"], entry)
+            if row["mean_loss"] is not None:
+                losses.setdefault(interval, {})[row["entry_label"]] = float(row["mean_loss"])
+            if row["winner"]:
+                best[interval] = entry
+        return cls(best_by_interval=best, losses=losses, reason=str(rows[0]["reason"]), entries=entries)
+
     def winner_for(self, interval_seconds: int | float | None) -> Entry | None:
         """The entry a candidate with this throughput interval runs (None: no throughput scaling)."""
         if interval_seconds is None:
@@ -184,9 +202,15 @@ def window_loss(n_hat: float, i_hat: float, o_hat: float, n: float, i: float, o:
 
 
 def _quiet_forecasting_libraries() -> None:
-    """Prophet/cmdstanpy log every fit at INFO and prophet logs a plotly error at import."""
+    """Prophet/cmdstanpy log every fit at INFO and prophet logs a plotly error at import.
+
+    cmdstanpy installs its own INFO handler unless the logger already has one, so a NullHandler
+    goes in first.
+    """
     for name in ("cmdstanpy", "prophet", "prophet.plot", "prophet.models", "prophet.forecaster"):
         logger = logging.getLogger(name)
+        if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+            logger.addHandler(logging.NullHandler())
         logger.setLevel(logging.CRITICAL)
         logger.propagate = False
 

@@ -160,6 +160,7 @@ def profile_path(es: EngineShape, directory: str | Path | None = None) -> Path:
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **tables)
+        os.chmod(tmp, 0o644)
         meta = {"shape": asdict(es), "schema": PROFILE_SCHEMA, "aic": _aic_version(),
                 "resolved_quant": _resolved_quant(es)}
         path.with_suffix(".json").write_text(json.dumps(meta, indent=1, sort_keys=True))

@@ -208,11 +208,8 @@ def project(branch: Branch, backend: str, requested: Mapping[str, Any]) -> Proje
 
 
 def study_params(branch: Branch) -> list[Param]:
-    """Latent parallel dimensions, then knob dimensions; the ``_spica_constant`` guard if nothing varies (§7.3)."""
-    params = latent_params(branch) + branch.knob_params()
-    if not params:
-        params = [Param("_spica_constant", "categorical", ("0",), default="0")]
-    return params
+    """Latent parallel dimensions, then knob dimensions (§7.3); the study adds its constant guard if empty."""
+    return latent_params(branch) + branch.knob_params()
 
 
 __all__ = [

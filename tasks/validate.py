@@ -9,6 +9,7 @@ from prefect.cache_policies import NO_CACHE
 
 from spica_core.artifacts import RunDir
 from spica_core.config import SmartSearchConfig
+from spica_core.policies import PolicyFilter, filter_for_goal, with_policies
 from spica_core.run import CONFIG_SCHEMA, RunIdentity, config_rows, identify
 
 
@@ -16,13 +17,15 @@ from spica_core.run import CONFIG_SCHEMA, RunIdentity, config_rows, identify
 class ValidatedRun:
     """What later stages need: the config, where the run lives and what the trace file is."""
 
-    config: SmartSearchConfig
+    config: SmartSearchConfig           # as the user wrote it (normalised); what config.parquet holds
+    search_config: SmartSearchConfig    # after the goal's planner-policy filtering (§7.1 step 3)
+    policies: PolicyFilter
     identity: RunIdentity
     run_dir: RunDir
     trace_file: Path | None
 
 
-@task(name="validate", cache_policy=NO_CACHE)
+@task(name="validate", cache_policy=NO_CACHE, log_prints=True)
 def validate_config(config_path: str, runs_root: str | None = None, run_dir: str | None = None) -> ValidatedRun:
     path = Path(config_path)
     config = SmartSearchConfig.from_yaml(path)
@@ -32,5 +35,8 @@ def validate_config(config_path: str, runs_root: str | None = None, run_dir: str
     if rd.has("config") and rd.rows("config")[0]["run_id"] != identity.run_id:
         raise FileExistsError(f"{rd.path} holds a different run ({rd.rows('config')[0]['run_id']}); "
                               "choose another --run-dir")
+    policies = filter_for_goal(config)
+    if policies.dropped:
+        print(f"dropped planner policies {policies.dropped}: {policies.reason}")
     rd.write("config", config_rows(config, identity, trace), schema=CONFIG_SCHEMA)
-    return ValidatedRun(config, identity, rd, trace)
+    return ValidatedRun(config, with_policies(config, policies.kept), policies, identity, rd, trace)

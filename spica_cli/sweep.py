@@ -1,0 +1,62 @@
+"""``spica sweep``: run the flow with a progress bar, then print the ranking or front and the tally."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from spica_core.config import SmartSearchConfig
+from spica_core.search import Tally
+
+TOP = 10
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.4g}"
+    return str(value)
+
+
+def render_summary(summary: dict[str, Any]) -> str:
+    ranking: list[dict[str, Any]] = summary["ranking"]
+    tally: Tally = summary["tally"]
+    lines: list[str] = []
+    if summary["pareto"]:
+        objs = summary["objectives"]
+        lines.append(f"Pareto front: {len(ranking)} non-dominated candidate(s), sorted by {objs[-1]}")
+        header = ["#", "mode", "backend", "parallel", "GPUs", *objs]
+        table = [[str(r["rank"]), r["mode"], r["backend"], r["parallel"], str(r["used_gpus"]),
+                  *(_fmt(json.loads(r["objectives_json"] or "{}").get(o)) for o in objs)] for r in ranking]
+    else:
+        lines.append(f"Top {min(TOP, len(ranking))} of {len(ranking)} candidate(s) (score: higher is better)")
+        header = ["#", "score", "mode", "backend", "parallel", "GPUs", "tok/s", "TTFT ms", "TPOT ms"]
+        table = []
+        for r in ranking[:TOP]:
+            m = json.loads(r["metrics_json"])
+            table.append([str(r["rank"]), _fmt(r["score"]), r["mode"], r["backend"], r["parallel"],
+                          str(r["used_gpus"]), _fmt(m.get("output_throughput_tok_s")), _fmt(m.get("mean_ttft_ms")),
+                          _fmt(m.get("mean_tpot_ms"))])
+    widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h) for i, h in enumerate(header)]
+    lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in table]
+    lines.append("")
+    lines.append(f"tally: {tally.feasible} feasible of {tally.attempts} attempts; {tally.infeasible} infeasible, "
+                 f"{tally.failed} failed, {tally.unsupported} unsupported, {tally.cache_hits} cache hits")
+    for reason, n in tally.top_reasons():
+        lines.append(f"  {n} × {reason}")
+    for msg in summary["stalls"]:
+        lines.append(msg)
+    for msg in summary["warnings"]:
+        lines.append(f"warning: {msg}")
+    lines.append(f"artifacts: {summary['run_dir']} (ranking.parquet, trials.parquet, ...)")
+    return "\n".join(lines)
+
+
+def sweep_command(config_path: str, runs_root: str, run_dir: str | None) -> int:
+    SmartSearchConfig.from_yaml(config_path)  # fail fast, before Prefect starts its server
+    from flows.sweep import sweep
+
+    summary = sweep(config_path=config_path, runs_root=runs_root, run_dir=run_dir, show_progress=True)
+    print(render_summary(summary))
+    return 0 if summary["ranking"] else 1

@@ -1,0 +1,83 @@
+"""One call into Dynamo's offline replay (reference §9.6) and its report as a plain dict.
+
+Everything the call needs is assembled beforehand (engine args, router, traffic, SLA, scaling
+policy); this module only chooses the entry point, makes the call and flattens the result. The
+runtime is imported lazily with DYN_LOG=error so its Rust logging stays quiet.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .engine_args import RoleArgs
+from .workload import ReplayWorkload
+
+os.environ.setdefault("DYN_LOG", "error")
+
+# Simulator self-measurements: wall-clock based, excluded when comparing runs (replay-engine §6.2).
+WALL_CLOCK_KEYS = ("wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s")
+
+
+@dataclass
+class ReplaySpec:
+    """A fully materialised replay: roles, router, traffic, SLA and an optional scaling policy."""
+
+    roles: dict[str, RoleArgs]
+    workload: ReplayWorkload
+    router: dict[str, Any] = field(default_factory=lambda: {"router_mode": "round_robin"})
+    sla: dict[str, float] = field(default_factory=dict)
+    scaling_policy: Any = None
+    capture_per_request: bool = False
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        if "agg" in self.roles:
+            agg = self.roles["agg"]
+            return {"extra_engine_args": agg.payload, "num_workers": agg.replicas}
+        p, d = self.roles["prefill"], self.roles["decode"]
+        return {"prefill_engine_args": p.payload, "decode_engine_args": d.payload,
+                "num_prefill_workers": p.replicas, "num_decode_workers": d.replicas}
+
+    def call_kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {**self.engine_kwargs(), **self.router, **self.sla, **self.workload.kwargs,
+                              "capture_per_request": self.capture_per_request, "capture_planner_details": False}
+        if self.scaling_policy is not None:
+            kw["scaling_policy"] = self.scaling_policy
+        return kw
+
+
+def run_replay(spec: ReplaySpec) -> dict[str, Any]:
+    """Run the replay; returns {'summary', 'per_request'?, 'lifecycle_operations', 'replay_seconds'}.
+
+    ``summary`` is the runtime's flat report plus ``planner_total_ticks`` when a policy ran.
+    """
+    import dynamo._core as dc
+
+    kwargs = spec.call_kwargs()
+    start = time.perf_counter()
+    if spec.workload.kind == "trace":
+        result = dc.run_mocker_trace_replay([spec.workload.trace_path], **kwargs)
+    else:
+        kw = dict(kwargs)
+        isl, osl, count = kw.pop("input_tokens"), kw.pop("output_tokens"), kw.pop("request_count")
+        result = dc.run_mocker_synthetic_trace_replay(isl, osl, count, **kw)
+    elapsed = time.perf_counter() - start
+    summary = dict(result.summary)
+    ticks = getattr(spec.scaling_policy, "ticks", None)
+    if ticks is not None:
+        summary["planner_total_ticks"] = int(ticks)
+    out: dict[str, Any] = {"summary": summary, "lifecycle_operations": list(result.lifecycle_operations),
+                           "replay_seconds": elapsed}
+    if spec.capture_per_request:
+        out["per_request"] = list(result.per_request)
+    return out
+
+
+def comparable(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary without the wall-clock fields (for caches and equality checks)."""
+    return {k: v for k, v in summary.items() if k not in WALL_CLOCK_KEYS}
+
+
+__all__ = ["ReplaySpec", "run_replay", "comparable", "WALL_CLOCK_KEYS"]

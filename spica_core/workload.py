@@ -1,0 +1,132 @@
+"""Traffic for one replay (reference §5): load shape, request count and candidate-relative KV load.
+
+Trace workloads replay a mooncake file open loop (timestamps scaled by arrival_speedup_ratio) or
+closed loop (replay_concurrency). Synthetic workloads run at a fixed rate, a fixed concurrency,
+or a concurrency derived from the candidate's own KV capacity (kv_load_ratio), so "the same load"
+means the same KV pressure on every candidate.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .config import Workload
+from .engine_args import InfeasibleKVCapacity
+from .hardware import kv_tokens_per_rank
+from .sample import parallel_from_sample, roles_of
+
+TRACE_BLOCK_SIZE = 512  # tokens per mooncake hash id (the public traces' granularity)
+
+
+@dataclass(frozen=True)
+class ReplayWorkload:
+    """Exactly one replay entry point and its traffic kwargs (engine/router/SLA kwargs are added later)."""
+
+    kind: str  # "trace" | "synthetic"
+    kwargs: dict[str, Any]
+    trace_path: str | None = None
+
+    @property
+    def num_requests(self) -> int | None:
+        return self.kwargs.get("request_count")
+
+
+def effective_in_flight_cap(workload: Workload, override: int | None = None) -> int | None:
+    """Closed-loop cap: trace → replay_concurrency; synthetic → KV-load override, else concurrency; else None."""
+    if workload.is_trace:
+        return workload.replay_concurrency
+    if override is not None:
+        return int(override)
+    return workload.concurrency
+
+
+def synthetic_arrival_interval_ms(workload: Workload) -> float:
+    return 1000.0 / workload.request_rate if workload.request_rate else 1.0
+
+
+def request_count(workload: Workload, concurrency_override: int | None = None) -> int:
+    """§5.2: max(1, round(num_request_ratio × load)); load = KV-load concurrency, else concurrency, else rate."""
+    if workload.is_trace:
+        raise ValueError("trace workloads take their request count from the trace")
+    if workload.kv_load_ratio is not None and concurrency_override is None:
+        raise ValueError("a kv_load_ratio workload needs the candidate's resolved concurrency")
+    if concurrency_override is not None:
+        load = float(concurrency_override)
+    elif workload.concurrency is not None:
+        load = float(workload.concurrency)
+    else:
+        load = float(workload.request_rate or 0.0)
+    return max(1, round(float(workload.num_request_ratio or 0.0) * load))
+
+
+def replay_workload(workload: Workload, *, trace_file: str | None = None,
+                    concurrency: int | None = None) -> ReplayWorkload:
+    """The traffic kwargs of one replay. ``concurrency`` is the candidate's resolved KV-load concurrency."""
+    if workload.is_trace:
+        path = trace_file or workload.trace_path
+        kwargs: dict[str, Any] = {"arrival_speedup_ratio": float(workload.arrival_speedup_ratio),
+                                  "trace_block_size": TRACE_BLOCK_SIZE, "trace_format": "mooncake"}
+        if workload.replay_concurrency is not None:
+            kwargs["replay_concurrency"] = int(workload.replay_concurrency)
+        return ReplayWorkload("trace", kwargs, str(path))
+    cap = effective_in_flight_cap(workload, concurrency)
+    kwargs = {"input_tokens": int(workload.isl), "output_tokens": int(workload.osl),
+              "request_count": request_count(workload, concurrency if workload.kv_load_ratio is not None else None),
+              "turns_per_session": int(workload.turns_per_session),
+              "shared_prefix_ratio": float(workload.shared_prefix_ratio),
+              "num_prefix_groups": int(workload.num_prefix_groups),
+              "inter_turn_delay_ms": float(workload.inter_turn_delay_ms),
+              "arrival_speedup_ratio": 1.0}
+    if cap is not None:
+        kwargs["replay_concurrency"] = int(cap)
+    else:
+        kwargs["arrival_interval_ms"] = synthetic_arrival_interval_ms(workload)
+    return ReplayWorkload("synthetic", kwargs)
+
+
+def role_kv_capacity_tokens(sample: Mapping[str, Any], role: str) -> int:
+    """§5.3 steps 1–3: usable per-rank tokens × attention_dp × replicas for one role."""
+    rc = parallel_from_sample(sample).roles[role]
+    block = int(sample[f"{role}_block_size"])
+    if block <= 0:
+        raise ValueError(f"{role}_block_size must be > 0")
+    tokens = kv_tokens_per_rank(sample["model_name"], sample["hardware_sku"], sample["backend"], rc.shape,
+                                max_num_tokens=int(sample[f"{role}_max_num_batched_tokens"]),
+                                max_batch_size=int(sample[f"{role}_max_num_seqs"]),
+                                memory_fraction=float(sample[f"{role}_gpu_memory_utilization"]),
+                                nextn=sample.get("aic_nextn"))
+    if tokens is None:
+        raise InfeasibleKVCapacity(f"{role} shape has no KV budget for {sample['model_name']} on "
+                                   f"{sample['hardware_sku']} ({sample['backend']})")
+    usable = (int(tokens) // block) * block
+    return usable * rc.shape.attention_dp * rc.replicas
+
+
+def resolve_kv_load(sample: Mapping[str, Any], workload: Workload, ratio: float) -> dict[str, Any]:
+    """§5.3: the candidate's concurrency for a KV-load ratio, plus the fields recorded on the sample."""
+    if workload.isl is None or workload.osl is None:
+        raise ValueError("kv_load_ratio needs isl and osl")
+    tokens_per_request = int(workload.isl) + int(workload.osl) // 2
+    if tokens_per_request <= 0:
+        raise ValueError("isl + osl/2 must be > 0")
+    out: dict[str, Any] = {"kv_load_ratio": float(ratio)}
+    caps: dict[str, int] = {}
+    for role in roles_of(sample):
+        caps[role] = role_kv_capacity_tokens(sample, role)
+        out[f"{role}_kv_capacity_tokens"] = caps[role]
+    load_role = "agg" if sample["deployment_mode"] == "agg" else "decode"
+    capacity = caps[load_role]
+    capacity_concurrency = capacity // tokens_per_request
+    if capacity_concurrency < 1:
+        raise InfeasibleKVCapacity(f"{load_role} KV capacity {capacity} tokens cannot hold one request of "
+                                   f"{tokens_per_request} tokens (isl + osl/2)")
+    out["kv_load_capacity_tokens"] = capacity
+    out["kv_load_concurrency_capacity"] = capacity_concurrency
+    out["concurrency"] = max(1, math.floor(float(ratio) * capacity_concurrency))
+    return out
+
+
+__all__ = ["ReplayWorkload", "replay_workload", "request_count", "effective_in_flight_cap", "resolve_kv_load",
+           "role_kv_capacity_tokens", "synthetic_arrival_interval_ms", "TRACE_BLOCK_SIZE"]

@@ -1,0 +1,75 @@
+"""Stages 4–6: the load-predictor sub-sweep, one Vizier round of one branch, and rank / Pareto.
+
+Each task reads the run folder first: a stage whose artifact already holds its result is not
+recomputed, which is how a killed sweep resumes where it stopped.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+import pyarrow as pa
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from spica_core.artifacts import RunDir
+from spica_core.branches import Branch
+from spica_core.load_predictor import LOAD_PREDICTOR_SCHEMA, LoadPredictorResult, sweep_load_predictor
+from spica_core.search import (
+    RANKING_SCHEMA, TRIALS_SCHEMA, EvalCache, Evaluator, RoundResult, SearchContext, merge, ranking_rows,
+    run_round, run_thorough_round,
+)
+
+from tasks.validate import ValidatedRun
+
+
+@task(name="load-predictor sub-sweep", cache_policy=NO_CACHE, log_prints=True)
+def load_predictor_task(run: ValidatedRun) -> LoadPredictorResult:
+    rd = run.run_dir
+    if rd.has("load_predictor"):
+        return LoadPredictorResult.from_rows(rd.rows("load_predictor"))
+    result = sweep_load_predictor(run.search_config, run.trace_file, run.policies.kept)
+    rd.write("load_predictor", result.rows(), schema=LOAD_PREDICTOR_SCHEMA)
+    if result.best_by_interval:
+        winners = {k: v if isinstance(v, str) else json.dumps(v) for k, v in result.best_by_interval.items()}
+        print(f"load predictor ({result.reason}): {winners}")
+    return result
+
+
+def trial_rows(rd: RunDir) -> list[dict[str, Any]]:
+    return rd.rows("trials") if rd.has("trials") else []
+
+
+def append_trials(rd: RunDir, rows: list[dict[str, Any]]) -> None:
+    """Rewrite trials.parquet with the new rows appended (atomic: a crash keeps the old file)."""
+    rd.write("trials", trial_rows(rd) + rows, schema=TRIALS_SCHEMA)
+
+
+@task(name="vizier round", task_run_name="{branch.mode} round {round_no}", cache_policy=NO_CACHE)
+def round_task(run: ValidatedRun, branch: Branch, round_no: int, context: SearchContext, evaluator: Evaluator,
+               cache: EvalCache, on_result: Callable[[dict[str, Any]], None] | None = None) -> RoundResult:
+    """Suggest → project → evaluate (parallel) → observe, then append the round's rows to trials.parquet."""
+    rows = trial_rows(run.run_dir)
+    done = [r for r in rows if r["mode"] == branch.mode and r["round"] == round_no]
+    if done:  # finished before a crash or an earlier invocation: reuse, do not re-evaluate
+        unique = sum(1 for r in done if r["status"] == "feasible" and not r["cache_hit"])
+        return RoundResult(rows=done, unique=unique, attempts=len(done),
+                           stalled=unique < context.config.sweep.per_round and context.config.sweep.policy.value
+                           == "rapid")
+    history = [r for r in rows if r["mode"] == branch.mode]
+    if context.config.sweep.policy.value == "thorough":
+        result = run_thorough_round(branch, context, round_no, len(history), evaluator, cache, on_result)
+    else:
+        result = run_round(branch, context, round_no, history, evaluator, cache, on_result)
+    append_trials(run.run_dir, result.rows)
+    if result.message:
+        print(result.message)
+    return result
+
+
+@task(name="rank / pareto", cache_policy=NO_CACHE)
+def rank_task(run: ValidatedRun) -> list[dict[str, Any]]:
+    rows = trial_rows(run.run_dir)
+    ranked = ranking_rows(merge(rows, run.search_config))
+    run.run_dir.write("ranking", pa.Table.from_pylist(ranked, schema=RANKING_SCHEMA))
+    return ranked

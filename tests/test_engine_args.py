@@ -1,0 +1,198 @@
+"""AIC profiles, KV capacity, engine arguments, router and traffic arguments, checked against the engines."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from spica_core.config import SmartSearchConfig, Workload
+from spica_core.engine_args import (
+    KV_TRANSFER_GBPS_PER_GPU,
+    InfeasibleKVCapacity,
+    RejectedEngineArgs,
+    build_engine_args,
+    router_kwargs,
+)
+from spica_core.hardware import backend_version, kv_tokens_per_rank
+from spica_core.parallel import ParallelConfig, Shape
+from spica_core.profiles import EngineShape, StepTimes, cache_dir, profile_path, step_engine
+from spica_core.sample import add_run_fields, unroll_sample
+from spica_core.workload import replay_workload, request_count, resolve_kv_load
+
+MODEL, SKU = "Qwen/Qwen3-32B", "h200_sxm"
+
+
+def make_sample(mode: str = "agg", pc: dict[str, Any] | None = None, **space: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {"model_name": MODEL, "hardware_sku": SKU, "deployment_mode": [mode],
+                            "router_mode": ["round_robin"], "planner_scaling_policy": ["disabled"],
+                            "agg_max_num_batched_tokens": [8192], "agg_max_num_seqs": [256],
+                            "prefill_max_num_batched_tokens": [8192], "prefill_max_num_seqs": [4],
+                            "decode_max_num_seqs": [256]}
+    base.update(space)
+    cfg = SmartSearchConfig.from_dict({"search_space": base, "workload": {"trace_path": "t.jsonl"}})
+    pc = pc or ({"tp": 2, "replicas": 2} if mode == "agg" else {"prefill": {"tp": 2}, "decode": {"tp": 4}})
+    s = unroll_sample(cfg.search_space, {"deployment_mode": mode}, ParallelConfig.from_dict(mode, pc))
+    return add_run_fields(s, backend_version=backend_version(SKU, s["backend"]))
+
+
+# ---------------------------------------------------------------- profiles
+
+
+def test_profile_is_cached_under_spica_cache_dir_and_built_once() -> None:
+    es = EngineShape.of(MODEL, SKU, "vllm", backend_version(SKU, "vllm"), Shape(2))
+    p1 = profile_path(es)
+    assert p1.parent == cache_dir().resolve() and Path(os.environ["SPICA_CACHE_DIR"]).resolve() == p1.parent
+    mtime = p1.stat().st_mtime_ns
+    assert profile_path(es) == p1 and p1.stat().st_mtime_ns == mtime
+    with np.load(p1) as z:
+        assert set(z.files) == {"prefill_isl", "prefill_ttft_ms", "decode_active_kv_tokens",
+                                "decode_context_length", "decode_itl"}
+        assert all(z[k].dtype == np.float64 for k in z.files)
+        assert z["decode_itl"].shape == (len(z["decode_active_kv_tokens"]), len(z["decode_context_length"]))
+
+
+def test_profile_values_are_aic_step_estimates() -> None:
+    es2 = EngineShape.of(MODEL, SKU, "vllm", backend_version(SKU, "vllm"), Shape(2))
+    es4 = EngineShape.of(MODEL, SKU, "vllm", backend_version(SKU, "vllm"), Shape(4))
+    assert es2.key() != es4.key()
+    st2, st4 = StepTimes(profile_path(es2)), StepTimes(profile_path(es4))
+    _, h2 = step_engine(es2)
+    x = st2.prefill_isl[30]
+    assert st2.prefill_ms(x) == pytest.approx(h2.predict_prefill_latency(1, int(x), 0), rel=1e-9)
+    # a decode grid point where kv / ctx is an exact batch size
+    i = next(i for i, k in enumerate(st2.kv) if k > 0 and any(abs(k / c - round(k / c)) < 1e-9 and k / c >= 1
+                                                               for c in st2.ctx))
+    j = next(j for j, c in enumerate(st2.ctx) if abs(st2.kv[i] / c - round(st2.kv[i] / c)) < 1e-9 and st2.kv[i] / c >= 1)
+    bs, ctx = round(st2.kv[i] / st2.ctx[j]), int(st2.ctx[j])
+    assert st2.itl[i, j] == pytest.approx(h2.decode_step_latency(bs, ctx, 0), rel=1e-9)
+    # TP4 is faster than TP2 for both phases, by AIC's own ratio
+    assert st4.prefill_ms(4096) < 0.7 * st2.prefill_ms(4096)
+    assert st4.decode_ms(64 * 4096, 64) < 0.8 * st2.decode_ms(64 * 4096, 64)
+
+
+def test_gpu_and_backend_change_the_profile() -> None:
+    v = backend_version(SKU, "vllm")
+    h200 = StepTimes(profile_path(EngineShape.of(MODEL, SKU, "vllm", v, Shape(2))))
+    h100 = StepTimes(profile_path(EngineShape.of(MODEL, "h100_sxm", "vllm", backend_version("h100_sxm", "vllm"),
+                                                 Shape(2))))
+    sgl = StepTimes(profile_path(EngineShape.of(MODEL, SKU, "sglang", backend_version(SKU, "sglang"), Shape(2))))
+    assert h100.decode_ms(4096, 1) > 1.15 * h200.decode_ms(4096, 1)  # memory-bound decode: less HBM bandwidth
+    assert sgl.decode_ms(64 * 4096, 64) != pytest.approx(h200.decode_ms(64 * 4096, 64), rel=1e-3)
+
+
+# ---------------------------------------------------------------- engine args
+
+
+def test_agg_payload_schema_and_kv_blocks_from_the_memory_model() -> None:
+    s = make_sample(agg_max_num_batched_tokens=[16384], agg_max_num_seqs=[512], agg_gpu_memory_utilization=0.85,
+                    startup_time=30.0, aic_nextn=2)
+    roles = build_engine_args(s)
+    assert list(roles) == ["agg"]
+    ra = roles["agg"]
+    tokens = kv_tokens_per_rank(MODEL, SKU, "vllm", Shape(2), max_num_tokens=16384, max_batch_size=512,
+                                memory_fraction=0.85, nextn=2)
+    assert ra.num_gpu_blocks == tokens // 64 and ra.replicas == 2
+    p = ra.payload
+    assert (p["tensor_parallel_size"], p["dp_size"], p["startup_time"]) == (2, 1, 30.0)
+    e = p["engine"]
+    assert (e["backend"], e["worker_type"], e["block_size"], e["max_num_seqs"], e["max_num_batched_tokens"],
+            e["enable_prefix_caching"], e["aic_nextn"]) == ("vllm", "aggregated", 64, 512, 16384, True, 2)
+    assert e["timing_model"]["provider"] == "dynamo_profile" and Path(e["timing_model"]["config"]["path"]).is_file()
+    assert "kv_transfer_bandwidth" not in e and "native_host_offload" not in e
+    # a smaller memory fraction leaves fewer blocks
+    less = build_engine_args(make_sample(agg_gpu_memory_utilization=0.6))["agg"].num_gpu_blocks
+    assert less < build_engine_args(make_sample())["agg"].num_gpu_blocks
+
+
+def test_disagg_roles_carry_kv_transfer_on_prefill_only() -> None:
+    roles = build_engine_args(make_sample("disagg"))
+    p, d = roles["prefill"].payload["engine"], roles["decode"].payload["engine"]
+    assert (p["worker_type"], d["worker_type"]) == ("prefill", "decode")
+    assert p["kv_transfer_bytes_per_token"] == 2 * 8 * 128 * 64 * 2  # Qwen3-32B bf16 GQA KV
+    assert p["kv_transfer_bandwidth"] == KV_TRANSFER_GBPS_PER_GPU * 2
+    assert "kv_transfer_bandwidth" not in d and d["enable_prefix_caching"] is False
+    assert roles["decode"].payload["tensor_parallel_size"] == 4 and roles["prefill"].shape == Shape(2)
+
+
+def test_host_offload_maps_to_native_host_offload() -> None:
+    s = make_sample(num_g2_blocks=5000, kv_bytes_per_token=262144, bandwidth_g1_to_g2_gbps=25.0)
+    e = build_engine_args(s)["agg"].payload["engine"]
+    assert e["native_host_offload"] == {"num_host_blocks": 5000, "d2h_bandwidth_gbps": 25.0}
+    assert e["kv_cache_bytes_per_token"] == 262144
+    roles = build_engine_args(make_sample("disagg", num_g2_blocks=100, kv_bytes_per_token=262144))
+    assert "native_host_offload" in roles["prefill"].payload["engine"]
+    assert "native_host_offload" not in roles["decode"].payload["engine"]
+
+
+def test_runtime_rejection_carries_the_runtime_message() -> None:
+    s = make_sample(backend=["sglang"], num_g2_blocks=100, kv_bytes_per_token=262144)
+    with pytest.raises(RejectedEngineArgs, match="native_host_offload is supported only for backend=vllm"):
+        build_engine_args(s)
+
+
+def test_shape_without_kv_budget_is_infeasible() -> None:
+    with pytest.raises(InfeasibleKVCapacity, match="no KV cache"):
+        build_engine_args(make_sample(pc={"tp": 1}, agg_gpu_memory_utilization=0.3))
+
+
+def test_router_kwargs() -> None:
+    assert router_kwargs({"router_mode": "round_robin", "overlap_score_credit": 1.0}) == {"router_mode": "round_robin"}
+    kw = router_kwargs({"router_mode": "kv_router", "overlap_score_credit": 0.5, "prefill_load_scale": 4.0,
+                        "router_temperature": 0.2})
+    cfg = kw["router_config"]
+    assert kw["router_mode"] == "kv_router"
+    assert (cfg.overlap_score_credit, cfg.prefill_load_scale) == (0.5, 4.0)
+
+
+# ---------------------------------------------------------------- traffic (§5)
+
+
+def wl(**kw: Any) -> Workload:
+    return Workload.model_validate(kw)
+
+
+def test_request_count_scaling() -> None:
+    assert request_count(wl(isl=1, osl=1, concurrency=256, num_request_ratio=10)) == 2560
+    assert request_count(wl(isl=1, osl=1, request_rate=25, num_request_ratio=4)) == 100
+    assert request_count(wl(isl=1, osl=1, request_rate=0.01, num_request_ratio=1)) == 1
+    assert request_count(wl(isl=1, osl=1, kv_load_ratio=0.5, num_request_ratio=2), 37) == 74
+    with pytest.raises(ValueError):
+        request_count(wl(isl=1, osl=1, kv_load_ratio=0.5, num_request_ratio=2))
+
+
+def test_replay_workload_kwargs_per_load_shape() -> None:
+    t = replay_workload(wl(trace_path="x.jsonl", arrival_speedup_ratio=2.0), trace_file="/abs/x.jsonl")
+    assert (t.kind, t.trace_path) == ("trace", "/abs/x.jsonl")
+    assert t.kwargs == {"arrival_speedup_ratio": 2.0, "trace_block_size": 512, "trace_format": "mooncake"}
+    c = replay_workload(wl(trace_path="x.jsonl", replay_concurrency=24))
+    assert c.kwargs["replay_concurrency"] == 24
+    r = replay_workload(wl(isl=100, osl=10, request_rate=4, num_request_ratio=5, shared_prefix_ratio=0.5,
+                           num_prefix_groups=3))
+    assert (r.kind, r.kwargs["arrival_interval_ms"], r.kwargs["request_count"]) == ("synthetic", 250.0, 20)
+    assert "replay_concurrency" not in r.kwargs and r.kwargs["shared_prefix_ratio"] == 0.5
+    f = replay_workload(wl(isl=100, osl=10, concurrency=8, num_request_ratio=2))
+    assert (f.kwargs["replay_concurrency"], f.kwargs["request_count"]) == (8, 16)
+    k = replay_workload(wl(isl=100, osl=10, kv_load_ratio=1.0, num_request_ratio=2), concurrency=50)
+    assert (k.kwargs["replay_concurrency"], k.kwargs["request_count"]) == (50, 100)
+
+
+@pytest.mark.parametrize("mode", ["agg", "disagg"])
+def test_kv_load_ratio_follows_the_capacity_formula(mode: str) -> None:
+    pc = {"tp": 2, "replicas": 3} if mode == "agg" else {"prefill": {"tp": 2}, "decode": {"tp": 4, "replicas": 2}}
+    s = make_sample(mode, pc)
+    w = wl(isl=4000, osl=1000, kv_load_ratio=1.0, num_request_ratio=1)
+    out = resolve_kv_load(s, w, 1.0)
+    role, shape, reps = ("agg", Shape(2), 3) if mode == "agg" else ("decode", Shape(4), 2)
+    seqs = 256
+    tokens = kv_tokens_per_rank(MODEL, SKU, "vllm", shape, max_num_tokens=8192, max_batch_size=seqs, memory_fraction=0.9)
+    capacity = (tokens // 64) * 64 * 1 * reps
+    assert out[f"{role}_kv_capacity_tokens"] == capacity == out["kv_load_capacity_tokens"]
+    assert out["kv_load_concurrency_capacity"] == capacity // 4500
+    assert out["concurrency"] == capacity // 4500
+    assert resolve_kv_load(s, w, 0.0)["concurrency"] == 1
+    assert resolve_kv_load(s, w, 0.5)["concurrency"] == (capacity // 4500) // 2
+    with pytest.raises(InfeasibleKVCapacity):
+        resolve_kv_load(s, wl(isl=10_000_000, osl=10, kv_load_ratio=1.0, num_request_ratio=1), 1.0)

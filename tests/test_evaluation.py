@@ -1,0 +1,165 @@
+"""Evaluation outcomes, worker-process isolation (deadline, crash) and ``spica evaluate``."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from spica_cli.evaluate import evaluate_command
+from spica_core.config import SmartSearchConfig
+from spica_core.evaluation import EvalPool, EvalRequest, SequentialEvaluator, evaluate_one, make_evaluator
+from spica_core.hardware import kv_tokens_per_rank
+from spica_core.parallel import ParallelConfig, Shape
+from spica_core.replay import comparable
+from spica_core.sample import unroll_sample
+from spica_core.traces import write_poisson_trace
+
+MODEL = "Qwen/Qwen3-32B"
+SPACE = {"model_name": MODEL, "hardware_sku": "h200_sxm", "deployment_mode": ["agg"], "router_mode": ["round_robin"],
+         "planner_scaling_policy": ["disabled"], "agg_max_num_batched_tokens": [8192], "agg_max_num_seqs": [256],
+         "gpu_budget": 8}
+
+
+def request(workload: dict[str, Any], pc: dict[str, Any] | None = None, goal: dict[str, Any] | None = None,
+            **space: Any) -> EvalRequest:
+    cfg = SmartSearchConfig.from_dict({"search_space": {**SPACE, **space}, "workload": workload,
+                                       "goal": goal or {"target": "throughput_per_gpu"}})
+    sample = unroll_sample(cfg.search_space, {"deployment_mode": "agg"},
+                           ParallelConfig.from_dict("agg", pc or {"tp": 2}))
+    return EvalRequest.from_config(cfg, sample, trace_file=cfg.workload.trace_path)
+
+
+FAST = {"isl": 1000, "osl": 50, "concurrency": 4, "num_request_ratio": 5}
+SLOW = {"isl": 1000, "osl": 100, "concurrency": 64, "num_request_ratio": 1500}  # ~96k requests
+
+
+def test_feasible_outcome_carries_sample_metrics_score_and_timings() -> None:
+    out = evaluate_one(request(FAST))
+    assert out.status == "feasible" and out.reason == ""
+    assert out.sample["backend_version"] and out.sample["concurrency"] == 4
+    assert out.report["num_requests"] == 20 and out.metrics["gpu_hours"] > 0
+    assert out.score == pytest.approx(out.report["output_throughput_tok_s"] / 2.0, rel=1e-6)
+    assert out.objectives is None and out.used_gpus == 2
+    assert {"prepare_s", "replay_s", "total_s"} <= set(out.timings)
+
+
+def test_over_budget_kv_infeasible_and_rejected_args_are_outcomes() -> None:
+    over = evaluate_one(request(FAST, {"tp": 4, "replicas": 3}))
+    assert over.status == "infeasible" and "over budget" in over.reason and "12" in over.reason
+    no_kv = evaluate_one(request(FAST, {"tp": 1}, agg_gpu_memory_utilization=0.3))
+    assert no_kv.status == "infeasible" and "no KV" in no_kv.reason
+    rejected = evaluate_one(request(FAST, backend=["sglang"], num_g2_blocks=100, kv_bytes_per_token=262144))
+    assert rejected.status == "failed"
+    assert "rejected by the runtime" in rejected.reason and "backend=vllm" in rejected.reason
+    assert rejected.sample["backend"] == "sglang"
+
+
+def test_kv_load_ratio_one_replays_the_capacity_formula_concurrency() -> None:
+    out = evaluate_one(request({"isl": 2000, "osl": 200, "kv_load_ratio": 1.0, "num_request_ratio": 1.5},
+                               {"tp": 2, "replicas": 2}))
+    assert out.status == "feasible", out.reason
+    tokens = kv_tokens_per_rank(MODEL, "h200_sxm", "vllm", Shape(2), max_num_tokens=8192, max_batch_size=256,
+                                memory_fraction=0.9)
+    capacity = (tokens // 64) * 64 * 2
+    assert out.sample["agg_kv_capacity_tokens"] == capacity == out.sample["kv_load_capacity_tokens"]
+    assert out.sample["concurrency"] == capacity // 2100 == out.sample["kv_load_concurrency_capacity"]
+    assert out.sample["kv_load_ratio"] == 1.0
+    assert out.report["num_requests"] == round(1.5 * out.sample["concurrency"])
+
+
+@pytest.mark.slow
+def test_pool_deadline_makes_a_slow_candidate_infeasible_and_carries_on() -> None:
+    with EvalPool(2, max_eval_seconds=120) as pool:
+        warm = pool.evaluate_batch([request(FAST), request(FAST)])  # both workers load AIC once
+        assert [o.status for o in warm] == ["feasible", "feasible"]
+        pool.max_eval_seconds = 2.0
+        t0 = time.perf_counter()
+        slow, fast = pool.evaluate_batch([request(SLOW), request(FAST)])
+        assert time.perf_counter() - t0 < 10
+        assert slow.status == "infeasible" and slow.reason == "exceed runtime: replay > 2s"
+        assert fast.status == "feasible"
+        assert pool.restarts == 1
+        pool.max_eval_seconds = 120
+        again = pool.evaluate_batch([request(FAST)] * 3)  # a wave of 2, then 1, on a replaced worker
+        assert [o.status for o in again] == ["feasible"] * 3
+        assert comparable(again[0].report) == comparable(fast.report)
+
+
+@pytest.mark.slow
+def test_pool_worker_crash_becomes_a_failed_outcome() -> None:
+    with EvalPool(1, max_eval_seconds=120) as pool:
+        pid = pool._pool[0].proc.pid
+        killer = threading.Timer(3.0, lambda: os.kill(pid, signal.SIGKILL))
+        killer.start()
+        try:
+            (crashed,) = pool.evaluate_batch([request(SLOW)])
+        finally:
+            killer.cancel()
+        assert crashed.status == "failed" and "worker crashed" in crashed.reason and "-9" in crashed.reason
+        (ok,) = pool.evaluate_batch([request(FAST)])
+        assert ok.status == "feasible"
+
+
+def test_sequential_path_matches_in_process_results() -> None:
+    ev = make_evaluator(1, 600)
+    assert isinstance(ev, SequentialEvaluator)
+    a, b = ev.evaluate_batch([request(FAST), request(FAST, {"tp": 4})])
+    assert a.status == b.status == "feasible"
+    assert comparable(a.report) == comparable(evaluate_one(request(FAST)).report)
+    assert isinstance(make_evaluator(4, 10), EvalPool)
+
+
+# ---------------------------------------------------------------- spica evaluate
+
+
+def write_config(tmp_path: Path, **space: Any) -> Path:
+    trace = write_poisson_trace(tmp_path / "t.jsonl", num_requests=40, rate_rps=2, isl=2000, osl=100,
+                                prefix_groups=4, prefix_blocks=2)
+    body = {"search_space": {**SPACE, "parallel_configs": [{"tp": 2, "replicas": 2}], "router_mode": ["kv_router"],
+                             "overlap_score_credit": [1.0], "prefill_load_scale": [2.0], "router_temperature": [0.0],
+                             **space},
+            "workload": {"trace_path": trace.name},
+            "goal": {"target": "goodput", "sla": {"ttft_ms": 1000, "itl_ms": 30}},
+            "sweep": {"parallel_evals": 1}}
+    path = tmp_path / "pinned.yaml"
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+def test_evaluate_command_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert evaluate_command(str(write_config(tmp_path)), False) == 0
+    out = capsys.readouterr().out
+    for needle in ("candidate (flat sample):", "prefill_load_scale", "status: feasible", "TTFT p99", "ITL mean",
+                   "goodput", "prefix hit rate", "GPU-hours", "throughput per GPU", "score:"):
+        assert needle in out
+
+
+def test_evaluate_command_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert evaluate_command(str(write_config(tmp_path)), True) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["status"] == "feasible" and body["sample"]["router_mode"] == "kv_router"
+    assert body["sample"]["used_gpus"] == 4 and body["metrics"]["completed_requests"] == 40
+    assert body["score"] == pytest.approx(body["metrics"]["goodput_output_throughput_tok_s"])
+    assert {"mean_ttft_ms", "p99_ttft_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2e_latency_ms", "p99_e2e_latency_ms",
+            "prefix_cache_reused_ratio", "gpu_hours"} <= set(body["metrics"])
+
+
+def test_evaluate_command_names_unpinned_knobs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_config(tmp_path, prefill_load_scale=[1.0, 4.0], agg_max_num_seqs=[256, 512])
+    assert evaluate_command(str(path), False) == 2
+    err = capsys.readouterr().err
+    assert "prefill_load_scale" in err and "agg_max_num_seqs" in err and "Traceback" not in err
+    assert evaluate_command(str(tmp_path / "missing.yaml"), False) == 2
+
+
+def test_evaluate_command_infeasible_returns_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_config(tmp_path, parallel_configs=[{"tp": 4, "replicas": 4}])
+    assert evaluate_command(str(path), False) == 1
+    assert "over budget" in capsys.readouterr().out
