@@ -14,10 +14,10 @@ from tasks.validate import validate_config
 
 
 @flow(name="spica-sweep", log_prints=True)
-def sweep(config_path: str, runs_root: str = "runs", run_dir: str | None = None,
+def sweep(config_path: str, runs_root: str = "runs", run_dir: str | None = None, seed: int | None = None,
           show_progress: bool = False) -> dict[str, Any]:
     """validate → enumerate branches → KV filter, load-predictor sub-sweep → Vizier rounds → rank / Pareto."""
-    run = validate_config(config_path, runs_root, run_dir)
+    run = validate_config(config_path, runs_root, run_dir, seed)
     config = run.search_config
     branch_set = kv_filter_task(enumerate_branches_task(config, run.run_dir), run.run_dir)
     predictor = load_predictor_task(run)

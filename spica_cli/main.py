@@ -60,7 +60,17 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from spica_cli.sweep import sweep_command
 
-    return sweep_command(args.config, args.runs_root, args.run_dir)
+    return sweep_command(args.config, args.runs_root, args.run_dir, args.seed)
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seed must be an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"--seed must be an integer >= 0, got {value}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("sweep", cmd_sweep, "run the sweep flow and write its artifacts under runs/<run id>/")
     p.add_argument("--run-dir", default=None, help="write the run here instead of runs/<run id>/")
     p.add_argument("--runs-root", default="runs", help="parent folder of run folders (default: runs)")
+    p.add_argument("--seed", type=_seed, default=None, help="override sweep.seed (another seed is another run)")
     return parser
 
 

@@ -53,10 +53,10 @@ def render_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def sweep_command(config_path: str, runs_root: str, run_dir: str | None) -> int:
+def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: int | None = None) -> int:
     SmartSearchConfig.from_yaml(config_path)  # fail fast, before Prefect starts its server
     from flows.sweep import sweep
 
-    summary = sweep(config_path=config_path, runs_root=runs_root, run_dir=run_dir, show_progress=True)
+    summary = sweep(config_path=config_path, runs_root=runs_root, run_dir=run_dir, seed=seed, show_progress=True)
     print(render_summary(summary))
     return 0 if summary["ranking"] else 1

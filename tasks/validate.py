@@ -26,9 +26,14 @@ class ValidatedRun:
 
 
 @task(name="validate", cache_policy=NO_CACHE, log_prints=True)
-def validate_config(config_path: str, runs_root: str | None = None, run_dir: str | None = None) -> ValidatedRun:
+def validate_config(config_path: str, runs_root: str | None = None, run_dir: str | None = None,
+                    seed: int | None = None) -> ValidatedRun:
+    """``seed`` overrides ``sweep.seed`` (part of the run identity: another seed is another run)."""
     path = Path(config_path)
     config = SmartSearchConfig.from_yaml(path)
+    if seed is not None:
+        config = SmartSearchConfig.model_validate({**config.normalised(),
+                                                   "sweep": {**config.normalised()["sweep"], "seed": seed}})
     trace = config.trace_file(path.parent)
     identity = identify(config, trace)
     rd = RunDir(run_dir) if run_dir else RunDir.for_run(identity.run_id, runs_root)

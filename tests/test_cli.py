@@ -149,3 +149,16 @@ def test_spica_sweep_runs_the_flow_twice_with_the_same_run_id(tmp_path: Path, ca
     assert pq.read_table(runs[0] / "trials.parquet").to_pylist() == trials
     row = pq.read_table(runs[0] / "config.parquet").to_pylist()[0]
     assert row["run_id"] == runs[0].name
+
+
+def test_seed_override_is_part_of_the_run_identity(tmp_path: Path) -> None:
+    base = validate_config.fn(str(EXAMPLES / "quickstart.yaml"), run_dir=str(tmp_path / "a"))
+    seeded = validate_config.fn(str(EXAMPLES / "quickstart.yaml"), run_dir=str(tmp_path / "b"), seed=7)
+    assert seeded.config.sweep.seed == 7 and base.config.sweep.seed == 1
+    assert seeded.identity.run_id != base.identity.run_id
+
+
+def test_sweep_rejects_a_negative_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["sweep", str(EXAMPLES / "quickstart.yaml"), "--seed", "-1"])
+    assert info.value.code == 2 and "--seed must be an integer >= 0" in capsys.readouterr().err
