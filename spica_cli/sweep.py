@@ -25,8 +25,9 @@ def render_summary(summary: dict[str, Any]) -> str:
     if summary["pareto"]:
         objs = summary["objectives"]
         lines.append(f"Pareto front: {len(ranking)} non-dominated candidate(s), sorted by {objs[-1]}")
-        header = ["#", "mode", "backend", "parallel", "GPUs", *objs]
+        header = ["#", "mode", "backend", "parallel", "GPUs", "concurrency", *objs]
         table = [[str(r["rank"]), r["mode"], r["backend"], r["parallel"], str(r["used_gpus"]),
+                  _fmt(json.loads(r["sample_json"]).get("concurrency")),
                   *(_fmt(json.loads(r["objectives_json"] or "{}").get(o)) for o in objs)] for r in ranking]
     else:
         lines.append(f"Top {min(TOP, len(ranking))} of {len(ranking)} candidate(s) (score: higher is better)")
