@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-TRACE_BLOCK_SIZE = 512  # tokens per hash id, the replay's mooncake default
+TRACE_BLOCK_SIZE = 512  # tokens per mooncake hash id (the public traces' granularity, the replay's default)
 
 
 @dataclass(frozen=True)

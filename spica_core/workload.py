@@ -16,8 +16,7 @@ from .config import Workload
 from .engine_args import InfeasibleKVCapacity
 from .hardware import kv_tokens_per_rank
 from .sample import parallel_from_sample, roles_of
-
-TRACE_BLOCK_SIZE = 512  # tokens per mooncake hash id (the public traces' granularity)
+from .traces import TRACE_BLOCK_SIZE
 
 
 @dataclass(frozen=True)

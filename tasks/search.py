@@ -10,7 +10,9 @@ from typing import Any, Callable
 
 import pyarrow as pa
 from prefect import task
+from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.context import TaskRunContext
 
 from spica_core.artifacts import RunDir
 from spica_core.branches import Branch
@@ -62,9 +64,22 @@ def round_task(run: ValidatedRun, branch: Branch, round_no: int, context: Search
     else:
         result = run_round(branch, context, round_no, history, evaluator, cache, on_result)
     append_trials(run.run_dir, result.rows)
+    publish_table(f"spica-{branch.mode}-rounds", result.rows, TRIAL_COLUMNS,
+                  f"run {run.identity.run_id}: {branch.mode} round {round_no} ({result.unique} unique successes)")
     if result.message:
         print(result.message)
     return result
+
+
+def publish_table(key: str, rows: list[dict[str, Any]], columns: tuple[str, ...], description: str) -> None:
+    """A table artifact for the Prefect UI (only inside a flow run; artifacts are versioned by key)."""
+    if TaskRunContext.get() is None or not rows:
+        return
+    create_table_artifact(key=key, table=[{c: r.get(c) for c in columns} for r in rows], description=description)
+
+
+TRIAL_COLUMNS = ("round", "trial", "status", "cache_hit", "backend", "parallel", "used_gpus", "score", "reason")
+RANK_COLUMNS = ("rank", "mode", "backend", "parallel", "used_gpus", "score", "objectives_json")
 
 
 @task(name="rank / pareto", cache_policy=NO_CACHE)
@@ -72,4 +87,5 @@ def rank_task(run: ValidatedRun) -> list[dict[str, Any]]:
     rows = trial_rows(run.run_dir)
     ranked = ranking_rows(merge(rows, run.search_config))
     run.run_dir.write("ranking", pa.Table.from_pylist(ranked, schema=RANKING_SCHEMA))
+    publish_table("spica-ranking", ranked, RANK_COLUMNS, f"run {run.identity.run_id}: ranking / Pareto front")
     return ranked
