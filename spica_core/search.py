@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -67,6 +68,17 @@ def study_metrics(context: SearchContext, outcome: Outcome) -> dict[str, float]:
     if context.config.goal.is_pareto:
         return {k: float(v) for k, v in (outcome.objectives or {}).items()}
     return {SCALAR_METRIC: float(outcome.score)}  # type: ignore[arg-type]
+
+
+def finite_or_infeasible(context: SearchContext, outcome: Outcome) -> Outcome:
+    """A feasible outcome whose objective is not finite (e.g. no request completed) cannot be ranked
+    or told to the study: it becomes infeasible with that reason."""
+    if outcome.feasible:
+        metrics = study_metrics(context, outcome)
+        if not metrics or not all(math.isfinite(v) for v in metrics.values()):
+            return replace(outcome, status="infeasible",
+                           reason=f"non-finite objective {metrics} (did any request complete?)")
+    return outcome
 
 
 # ---------------------------------------------------------------- one suggestion → one candidate
@@ -259,6 +271,7 @@ def run_round(branch: Branch, context: SearchContext, round_no: int, history: Se
         outcomes = evaluator.evaluate_batch(requests) if requests else []
         for (t, cand, key), outcome in zip(primaries, outcomes):
             dups = duplicates.get(key, [])
+            outcome = finite_or_infeasible(context, outcome)
             if outcome.feasible:
                 metrics = study_metrics(context, outcome)
                 cache.add(key, outcome)
@@ -345,6 +358,7 @@ def run_thorough_round(branch: Branch, context: SearchContext, round_no: int, st
             todo.append((t, cand, key))
     outcomes = evaluator.evaluate_batch([_request(context, c, f"{branch.mode}-{t}") for t, c, _ in todo])
     for (t, cand, key), outcome in zip(todo, outcomes):
+        outcome = finite_or_infeasible(context, outcome)
         if outcome.feasible:
             cache.add(key, outcome)
             result.unique += 1

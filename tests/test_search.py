@@ -245,3 +245,18 @@ def test_trial_rows_have_fixed_columns() -> None:
     sample = json.loads(row["sample_json"])
     assert sample["tp"] == 2 and sample["backend_version"] == "0.24.0" and sample["concurrency"] == 16
     assert list(itertools.islice(thorough_candidates(branch_of(config)), 5))[0].parallel.used_gpus == 2
+
+
+def test_a_non_finite_objective_becomes_infeasible() -> None:
+    from spica_core.search import finite_or_infeasible
+
+    context = SearchContext(make(goal={"target": "e2e_latency"}), None, None)
+    bad = finite_or_infeasible(context, Outcome("feasible", score=float("-inf"), metrics={}))
+    assert bad.status == "infeasible" and "non-finite objective" in bad.reason
+    good = finite_or_infeasible(context, Outcome("feasible", score=-812.5))
+    assert good.status == "feasible" and good.score == -812.5
+    pareto = SearchContext(make(goal={"target": "pareto"}, workload={"isl": 100, "osl": 10, "concurrency": 4,
+                                                                      "num_request_ratio": 1}), None, None)
+    nan = finite_or_infeasible(pareto, Outcome("feasible", score=1.0, objectives={
+        "throughput_per_gpu": 1.0, "throughput_per_user": float("nan")}))
+    assert nan.status == "infeasible"
