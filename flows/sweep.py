@@ -44,4 +44,6 @@ def sweep(config_path: str, runs_root: str = "runs", run_dir: str | None = None,
     ranking = rank_task(run)
     return {"run_dir": str(run.run_dir.path), "run_id": run.identity.run_id, "ranking": ranking,
             "tally": Tally.of(trial_rows(run.run_dir)), "stalls": stalls, "pareto": config.goal.is_pareto,
-            "warnings": list(branch_set.warnings), "objectives": [o.value for o in config.goal.objectives]}
+            "warnings": list(branch_set.warnings) + ([f"dropped planner policies {run.policies.dropped}: "
+                                                      f"{run.policies.reason}"] if run.policies.dropped else []),
+            "objectives": [o.value for o in config.goal.objectives]}

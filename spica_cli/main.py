@@ -21,7 +21,9 @@ def _quiet_environment() -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    # Stage logs still reach the Prefect API (the UI); the terminal gets Spica's own output, and a
+    # failed stage's traceback is not printed on top of the one-line error.
+    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")
 
 
 def _fail(message: str) -> int:

@@ -162,3 +162,15 @@ def test_sweep_rejects_a_negative_seed(capsys: pytest.CaptureFixture[str]) -> No
     with pytest.raises(SystemExit) as info:
         main(["sweep", str(EXAMPLES / "quickstart.yaml"), "--seed", "-1"])
     assert info.value.code == 2 and "--seed must be an integer >= 0" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_sweep_error_inside_a_stage_exits_2_without_traceback(tmp_path: Path) -> None:
+    """An unknown SKU is only found by the enumerate stage, inside the Prefect flow."""
+    config = (EXAMPLES / "quickstart.yaml").read_text().replace("hardware_sku: h200_sxm", "hardware_sku: h900")
+    path = write(tmp_path, config)
+    proc = subprocess.run([sys.executable, "-m", "spica_cli.main", "sweep", str(path), "--runs-root",
+                           str(tmp_path / "runs")], capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert "unknown hardware_sku 'h900'" in proc.stderr and "h200_sxm" in proc.stderr
