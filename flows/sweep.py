@@ -6,7 +6,7 @@ from typing import Any
 from prefect import flow
 
 from spica_core.evaluation import make_evaluator
-from spica_core.search import EvalCache, SearchContext, Tally, thorough_size
+from spica_core.search import EvalCache, SearchContext, Tally, round_plan
 from tasks.progress import SweepProgress
 from tasks.search import load_predictor_task, rank_task, round_task, trial_rows
 from tasks.space import enumerate_branches_task, kv_filter_task
@@ -23,21 +23,16 @@ def sweep(config_path: str, runs_root: str = "runs", run_dir: str | None = None,
     predictor = load_predictor_task(run)
     context = SearchContext(config, str(run.trace_file) if run.trace_file else None, predictor)
     cache = EvalCache.from_rows(trial_rows(run.run_dir))
-    sweep_cfg = config.sweep
-    thorough = sweep_cfg.policy.value == "thorough"
-    rounds = {b.mode: (-(-thorough_size(b) // sweep_cfg.per_round) if thorough else sweep_cfg.max_rounds)
-              for b in branch_set.branches}
-    target = sum(min(thorough_size(b), sweep_cfg.per_round * rounds[b.mode]) if thorough
-                 else sweep_cfg.per_round * rounds[b.mode] for b in branch_set.branches)
+    rounds, target = round_plan(branch_set.branches, config)
     progress = SweepProgress(target, config.goal.is_pareto, enabled=show_progress)
     for row in trial_rows(run.run_dir):  # a resumed run starts from what is already done
         progress.count(row)
     stalls: list[str] = []
-    with make_evaluator(sweep_cfg.parallel_evals, sweep_cfg.max_eval_seconds) as evaluator:
+    with make_evaluator(config.sweep.parallel_evals, config.sweep.max_eval_seconds) as evaluator:
         for branch in branch_set.branches:
             for round_no in range(rounds[branch.mode]):
                 result = round_task(run, branch, round_no, context, evaluator, cache, progress)
-                if result.stalled and not thorough:
+                if result.stalled:
                     stalls.append(result.message)
                     break
     progress.draw(final=True)

@@ -299,12 +299,27 @@ def run_round(branch: Branch, context: SearchContext, round_no: int, history: Se
                 on_result(pending[t])
         result.rows.extend(pending.values())
     result.rows.sort(key=lambda r: r["trial"])
+    return _mark_stall(result, branch, round_no, per_round)
+
+
+def _mark_stall(result: RoundResult, branch: Branch, round_no: int, per_round: int) -> RoundResult:
+    """§6.5: a round short of its target ends the branch."""
     if result.unique < per_round:
         result.stalled = True
         result.message = (f"{branch.mode}: stopped early: projection stalled after {result.attempts} Vizier "
                           f"trial(s) in round {round_no + 1} ({result.unique}/{per_round} unique successful "
                           "evaluations); moving on")
     return result
+
+
+def stored_round(branch: Branch, round_no: int, rows: Sequence[Mapping[str, Any]],
+                 context: SearchContext) -> RoundResult:
+    """A round already in trials.parquet, as run_round returned it (resume reads, never re-evaluates)."""
+    unique = sum(1 for r in rows if r["status"] == "feasible" and not r["cache_hit"])
+    result = RoundResult(rows=list(rows), unique=unique, attempts=len(rows))
+    if context.config.sweep.policy.value == "thorough":
+        return result
+    return _mark_stall(result, branch, round_no, context.config.sweep.per_round)
 
 
 def _metrics_of(context: SearchContext, hit: Mapping[str, Any]) -> dict[str, float]:
@@ -330,6 +345,16 @@ def thorough_candidates(branch: Branch) -> Iterator[Candidate]:
                 selection = {"deployment_mode": branch.mode, "backend": backend, **dict(zip(names, combo))}
                 raw = {k: v for k, v in selection.items() if k != "deployment_mode"}
                 yield Candidate(raw, selection, None, config)
+
+
+def round_plan(branches: Sequence[Branch], config: SmartSearchConfig) -> tuple[dict[str, int], int]:
+    """Rounds per branch and the evaluation target (§6.1): rapid → max_rounds × per_round per branch;
+    thorough → enough rounds to enumerate each branch, the target being the space's size."""
+    sweep = config.sweep
+    if sweep.policy.value == "thorough":
+        rounds = {b.mode: -(-thorough_size(b) // sweep.per_round) for b in branches}
+        return rounds, sum(thorough_size(b) for b in branches)
+    return {b.mode: sweep.max_rounds for b in branches}, len(branches) * sweep.max_rounds * sweep.per_round
 
 
 def thorough_size(branch: Branch) -> int:

@@ -19,7 +19,7 @@ from spica_core.branches import Branch
 from spica_core.load_predictor import LOAD_PREDICTOR_SCHEMA, LoadPredictorResult, sweep_load_predictor
 from spica_core.search import (
     RANKING_SCHEMA, TRIALS_SCHEMA, EvalCache, Evaluator, RoundResult, SearchContext, merge, ranking_rows,
-    run_round, run_thorough_round,
+    run_round, run_thorough_round, stored_round,
 )
 
 from tasks.validate import ValidatedRun
@@ -54,10 +54,7 @@ def round_task(run: ValidatedRun, branch: Branch, round_no: int, context: Search
     rows = trial_rows(run.run_dir)
     done = [r for r in rows if r["mode"] == branch.mode and r["round"] == round_no]
     if done:  # finished before a crash or an earlier invocation: reuse, do not re-evaluate
-        unique = sum(1 for r in done if r["status"] == "feasible" and not r["cache_hit"])
-        return RoundResult(rows=done, unique=unique, attempts=len(done),
-                           stalled=unique < context.config.sweep.per_round and context.config.sweep.policy.value
-                           == "rapid")
+        return stored_round(branch, round_no, done, context)
     history = [r for r in rows if r["mode"] == branch.mode]
     if context.config.sweep.policy.value == "thorough":
         result = run_thorough_round(branch, context, round_no, len(history), evaluator, cache, on_result)

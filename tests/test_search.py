@@ -260,3 +260,12 @@ def test_a_non_finite_objective_becomes_infeasible() -> None:
     nan = finite_or_infeasible(pareto, Outcome("feasible", score=1.0, objectives={
         "throughput_per_gpu": 1.0, "throughput_per_user": float("nan")}))
     assert nan.status == "infeasible"
+
+
+def test_round_plan_rapid_and_thorough() -> None:
+    from spica_core.search import round_plan
+
+    rapid = make(sweep={"max_rounds": 3, "candidates_per_round": 4})
+    assert round_plan([branch_of(rapid)], rapid) == ({"agg": 3}, 12)
+    thorough = make(space={"agg_max_num_seqs": [256, 512]}, sweep={"policy": "thorough", "candidates_per_round": 4})
+    assert round_plan([branch_of(thorough)], thorough) == ({"agg": 8}, 30)  # ceil(30 / 4) rounds
