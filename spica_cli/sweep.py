@@ -18,6 +18,20 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def knobs(sample: dict[str, Any]) -> str:
+    """Batching, router and planner of a sample, compactly (what tells two same-shape rows apart)."""
+    roles = ("agg",) if sample.get("deployment_mode") == "agg" else ("prefill", "decode")
+    batch = " ".join(f"{r[0].upper()}:{sample.get(f'{r}_max_num_seqs')}/{sample.get(f'{r}_max_num_batched_tokens')}"
+                     for r in roles)
+    router = "kv" if sample.get("router_mode") == "kv_router" else "rr"
+    if router == "kv":
+        router += f"({sample.get('overlap_score_credit')},{sample.get('prefill_load_scale')}," \
+                  f"{sample.get('router_temperature')})"
+    policy = sample.get("planner_scaling_policy")
+    planner = "" if policy in (None, "disabled") else f" {policy if isinstance(policy, str) else 'custom'}"
+    return f"{batch} {router}{planner}"
+
+
 def render_summary(summary: dict[str, Any]) -> str:
     ranking: list[dict[str, Any]] = summary["ranking"]
     tally: Tally = summary["tally"]
@@ -31,12 +45,14 @@ def render_summary(summary: dict[str, Any]) -> str:
                   *(_fmt(json.loads(r["objectives_json"] or "{}").get(o)) for o in objs)] for r in ranking]
     else:
         lines.append(f"Top {min(TOP, len(ranking))} of {len(ranking)} candidate(s) (score: higher is better)")
-        header = ["#", "score", "mode", "backend", "parallel", "GPUs", "tok/s", "TTFT ms", "TPOT ms"]
+        header = ["#", "score", "mode", "backend", "parallel", "GPUs", "seqs/tokens router planner", "tok/s",
+                  "TTFT ms", "TPOT ms"]
         table = []
         for r in ranking[:TOP]:
             m = json.loads(r["metrics_json"])
             table.append([str(r["rank"]), _fmt(r["score"]), r["mode"], r["backend"], r["parallel"],
-                          str(r["used_gpus"]), _fmt(m.get("output_throughput_tok_s")), _fmt(m.get("mean_ttft_ms")),
+                          str(r["used_gpus"]), knobs(json.loads(r["sample_json"])),
+                          _fmt(m.get("output_throughput_tok_s")), _fmt(m.get("mean_ttft_ms")),
                           _fmt(m.get("mean_tpot_ms"))])
     widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h) for i, h in enumerate(header)]
     lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths)))

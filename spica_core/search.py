@@ -462,5 +462,5 @@ class Tally:
 
 def _reason_class(reason: str) -> str:
     """Group reasons that differ only in numbers (e.g. 'over budget: 40 GPUs > 32')."""
-    return reason.split(":")[0].strip()[:80] if ":" in reason else reason[:80]
+    return reason.split(":")[0].strip()[:160] if ":" in reason else reason[:160]
 

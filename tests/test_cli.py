@@ -174,3 +174,16 @@ def test_sweep_error_inside_a_stage_exits_2_without_traceback(tmp_path: Path) ->
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr + proc.stdout
     assert "unknown hardware_sku 'h900'" in proc.stderr and "h200_sxm" in proc.stderr
+
+
+def test_summary_knobs_tell_same_shape_rows_apart() -> None:
+    from spica_cli.sweep import knobs
+
+    agg = {"deployment_mode": "agg", "agg_max_num_seqs": 256, "agg_max_num_batched_tokens": 8192,
+           "router_mode": "kv_router", "overlap_score_credit": 1.0, "prefill_load_scale": 4.0,
+           "router_temperature": 0.0, "planner_scaling_policy": "load_180_5"}
+    assert knobs(agg) == "A:256/8192 kv(1.0,4.0,0.0) load_180_5"
+    disagg = {"deployment_mode": "disagg", "prefill_max_num_seqs": 4, "prefill_max_num_batched_tokens": 16384,
+              "decode_max_num_seqs": 512, "decode_max_num_batched_tokens": 8192, "router_mode": "round_robin",
+              "planner_scaling_policy": "disabled"}
+    assert knobs(disagg) == "P:4/16384 D:512/8192 rr"
