@@ -109,7 +109,8 @@ def build_candidate(branch: Branch, latent_names: set[str], raw: Mapping[str, An
 # ---------------------------------------------------------------- trial rows
 
 TRIALS_SCHEMA = pa.schema([
-    ("mode", pa.string()), ("round", pa.int64()), ("trial", pa.int64()), ("status", pa.string()),
+    ("mode", pa.string()), ("round", pa.int64()), ("ask", pa.int64()), ("trial", pa.int64()),
+    ("status", pa.string()),
     ("reason", pa.string()), ("cache_hit", pa.bool_()), ("duplicate_of", pa.int64()), ("cache_key", pa.string()),
     ("backend", pa.string()), ("used_gpus", pa.int64()), ("parallel", pa.string()), ("score", pa.float64()),
     ("objectives_json", pa.string()), ("metrics_json", pa.string()), ("params_json", pa.string()),
@@ -123,7 +124,7 @@ RANKING_SCHEMA = pa.schema([
 ])
 
 
-def trial_row(*, mode: str, round_no: int, trial: int, candidate: Candidate, status: str, reason: str = "",
+def trial_row(*, mode: str, round_no: int, trial: int, candidate: Candidate, status: str, reason: str = "", ask: int = 0,
               outcome: Outcome | None = None, sample: Mapping[str, Any] | None = None, cache_hit: bool = False,
               duplicate_of: int | None = None, key: str = "", metrics: Mapping[str, float] | None = None,
               score: float | None = None, objectives: Mapping[str, float] | None = None) -> dict[str, Any]:
@@ -136,6 +137,7 @@ def trial_row(*, mode: str, round_no: int, trial: int, candidate: Candidate, sta
     return {
         "mode": mode,
         "round": round_no,
+        "ask": ask,
         "trial": trial,
         "status": status,
         "reason": reason,
@@ -226,42 +228,62 @@ def _request(context: SearchContext, candidate: Candidate, eval_id: str) -> Eval
                                    kv_load_ratio=None if ratio is None else float(ratio), eval_id=eval_id)
 
 
+def round_progress(rows: Sequence[Mapping[str, Any]]) -> tuple[int, int, int]:
+    """(unique successes, attempts, next ask index) of a round's rows so far."""
+    unique = sum(1 for r in rows if r["status"] == "feasible" and not r["cache_hit"])
+    return unique, len(rows), max((int(r["ask"]) for r in rows), default=-1) + 1
+
+
+def round_complete(rows: Sequence[Mapping[str, Any]], per_round: int) -> bool:
+    """A round is over once it reached its target or its attempt cap (§6.2)."""
+    unique, attempts, _ = round_progress(rows)
+    return unique >= per_round or attempts >= ATTEMPT_CAP_FACTOR * per_round
+
+
 def run_round(branch: Branch, context: SearchContext, round_no: int, history: Sequence[Mapping[str, Any]],
               evaluator: Evaluator, cache: EvalCache,
-              on_result: Callable[[dict[str, Any]], None] | None = None) -> RoundResult:
-    """One barrier round of §6.2 for one branch; ``history`` holds this branch's earlier trial rows."""
+              on_result: Callable[[dict[str, Any]], None] | None = None,
+              partial: Sequence[Mapping[str, Any]] = (),
+              on_batch: Callable[[list[dict[str, Any]]], None] | None = None) -> RoundResult:
+    """One barrier round of §6.2 for one branch.
+
+    ``history`` holds the branch's rows of earlier rounds, ``partial`` the rows this round already
+    wrote before an interruption. Before every ask the study is rebuilt from those rows in trial
+    order, and ``on_batch`` receives each ask's rows once evaluated, so a resumed round asks,
+    projects and evaluates exactly what an uninterrupted one would, without repeating evaluations.
+    """
     per_round = context.config.sweep.per_round
     cap = ATTEMPT_CAP_FACTOR * per_round
-    study = make_study(branch, context, history)
     latent_names = {p.name for p in latent_params(branch)}
+    rows: list[dict[str, Any]] = [dict(r) for r in partial]
     result = RoundResult()
-    trial = len(history)
-    ask = 0
+    result.unique, result.attempts, ask = round_progress(rows)
+    trial = len(history) + len(rows)
     while result.unique < per_round and result.attempts < cap:
+        study = make_study(branch, context, [*history, *rows])
         count = min(per_round - result.unique, cap - result.attempts)
         raws = study.suggest(count, step=round_no * 1000 + ask)
-        ask += 1
         if not raws:
             break
         result.attempts += len(raws)
+        batch: dict[int, dict[str, Any]] = {}
         primaries: list[tuple[int, Candidate, str]] = []
         duplicates: dict[str, list[tuple[int, Candidate]]] = {}
-        pending: dict[int, dict[str, Any]] = {}
+
+        def row(t: int, cand: Candidate, status: str, **kw: Any) -> dict[str, Any]:
+            return trial_row(mode=branch.mode, round_no=round_no, ask=ask, trial=t, candidate=cand, status=status,
+                             **kw)
+
         for raw in raws:
             cand = build_candidate(branch, latent_names, raw, study.decode(raw))
             key = cache_key(context.key, cand.selection, cand.parallel)
             backend = cand.selection.get("backend")
             if backend not in branch.supported_backends.get(cand.parallel, ()):
-                reason = f"unsupported: {backend} cannot run {cand.parallel.label()}"
-                study.complete(raw, infeasible_reason=reason)
-                result.rows.append(trial_row(mode=branch.mode, round_no=round_no, trial=trial, candidate=cand,
-                                             status="unsupported", reason=reason, key=key))
+                batch[trial] = row(trial, cand, "unsupported", key=key,
+                                   reason=f"unsupported: {backend} cannot run {cand.parallel.label()}")
             elif (hit := cache.get(key)) is not None:
-                study.complete(raw, _metrics_of(context, hit), metadata=_meta(cand))
-                result.rows.append(trial_row(mode=branch.mode, round_no=round_no, trial=trial, candidate=cand,
-                                             status="feasible", cache_hit=True, key=key, sample=hit["sample"],
-                                             metrics=hit["metrics"], score=hit["score"],
-                                             objectives=hit["objectives"]))
+                batch[trial] = row(trial, cand, "feasible", cache_hit=True, key=key, sample=hit["sample"],
+                                   metrics=hit["metrics"], score=hit["score"], objectives=hit["objectives"])
             elif key in {k for _, _, k in primaries}:
                 duplicates.setdefault(key, []).append((trial, cand))
             else:
@@ -270,35 +292,23 @@ def run_round(branch: Branch, context: SearchContext, round_no: int, history: Se
         requests = [_request(context, cand, f"{branch.mode}-{t}") for t, cand, _ in primaries]
         outcomes = evaluator.evaluate_batch(requests) if requests else []
         for (t, cand, key), outcome in zip(primaries, outcomes):
-            dups = duplicates.get(key, [])
             outcome = finite_or_infeasible(context, outcome)
+            batch[t] = row(t, cand, outcome.status, reason=outcome.reason, outcome=outcome, key=key)
             if outcome.feasible:
-                metrics = study_metrics(context, outcome)
                 cache.add(key, outcome)
                 result.unique += 1
-                study.complete(cand.raw, metrics, metadata=_meta(cand))
-                row = trial_row(mode=branch.mode, round_no=round_no, trial=t, candidate=cand, status="feasible",
-                                outcome=outcome, key=key)
-                pending[t] = row
-                for dt, dcand in dups:
-                    study.complete(dcand.raw, metrics, metadata=_meta(dcand))
-                    pending[dt] = trial_row(mode=branch.mode, round_no=round_no, trial=dt, candidate=dcand,
-                                            status="feasible", cache_hit=True, duplicate_of=t, key=key,
-                                            sample=outcome.sample, metrics=outcome.metrics, score=outcome.score,
-                                            objectives=outcome.objectives)
-            else:
-                study.complete(cand.raw, infeasible_reason=outcome.reason or outcome.status, metadata=_meta(cand))
-                pending[t] = trial_row(mode=branch.mode, round_no=round_no, trial=t, candidate=cand,
-                                       status=outcome.status, reason=outcome.reason, outcome=outcome, key=key)
-                for dt, dcand in dups:
-                    study.complete(dcand.raw, infeasible_reason=outcome.reason or outcome.status)
-                    pending[dt] = trial_row(mode=branch.mode, round_no=round_no, trial=dt, candidate=dcand,
-                                            status=outcome.status, reason=outcome.reason, duplicate_of=t, key=key,
-                                            sample=outcome.sample)
+            for dt, dcand in duplicates.get(key, []):
+                batch[dt] = row(dt, dcand, outcome.status, reason=outcome.reason, cache_hit=outcome.feasible,
+                                duplicate_of=t, key=key, sample=outcome.sample, metrics=outcome.metrics,
+                                score=outcome.score, objectives=outcome.objectives)
             if on_result is not None:
-                on_result(pending[t])
-        result.rows.extend(pending.values())
-    result.rows.sort(key=lambda r: r["trial"])
+                on_result(batch[t])
+        new_rows = [batch[t] for t in sorted(batch)]
+        rows.extend(new_rows)
+        if on_batch is not None:
+            on_batch(new_rows)
+        ask += 1
+    result.rows = rows
     return _mark_stall(result, branch, round_no, per_round)
 
 
@@ -320,16 +330,6 @@ def stored_round(branch: Branch, round_no: int, rows: Sequence[Mapping[str, Any]
     if context.config.sweep.policy.value == "thorough":
         return result
     return _mark_stall(result, branch, round_no, context.config.sweep.per_round)
-
-
-def _metrics_of(context: SearchContext, hit: Mapping[str, Any]) -> dict[str, float]:
-    if context.config.goal.is_pareto:
-        return {k: float(v) for k, v in (hit["objectives"] or {}).items()}
-    return {SCALAR_METRIC: float(hit["score"])}
-
-
-def _meta(candidate: Candidate) -> dict[str, Any]:
-    return {"spica_projection": candidate.projection.to_json()} if candidate.projection else {}
 
 
 # ---------------------------------------------------------------- thorough policy

@@ -19,7 +19,7 @@ from spica_core.branches import Branch
 from spica_core.load_predictor import LOAD_PREDICTOR_SCHEMA, LoadPredictorResult, sweep_load_predictor
 from spica_core.search import (
     RANKING_SCHEMA, TRIALS_SCHEMA, EvalCache, Evaluator, RoundResult, SearchContext, merge, ranking_rows,
-    run_round, run_thorough_round, stored_round,
+    round_complete, run_round, run_thorough_round, stored_round,
 )
 
 from tasks.validate import ValidatedRun
@@ -50,17 +50,21 @@ def append_trials(rd: RunDir, rows: list[dict[str, Any]]) -> None:
 @task(name="vizier round", task_run_name="{branch.mode} round {round_no}", cache_policy=NO_CACHE)
 def round_task(run: ValidatedRun, branch: Branch, round_no: int, context: SearchContext, evaluator: Evaluator,
                cache: EvalCache, on_result: Callable[[dict[str, Any]], None] | None = None) -> RoundResult:
-    """Suggest → project → evaluate (parallel) → observe, then append the round's rows to trials.parquet."""
+    """Suggest → project → evaluate (parallel) → observe; each ask's rows are appended to trials.parquet
+    as soon as they are evaluated, so an interrupted round resumes without repeating evaluations."""
     rows = trial_rows(run.run_dir)
-    done = [r for r in rows if r["mode"] == branch.mode and r["round"] == round_no]
-    if done:  # finished before a crash or an earlier invocation: reuse, do not re-evaluate
-        return stored_round(branch, round_no, done, context)
-    history = [r for r in rows if r["mode"] == branch.mode]
-    if context.config.sweep.policy.value == "thorough":
+    this_round = [r for r in rows if r["mode"] == branch.mode and r["round"] == round_no]
+    sweep = context.config.sweep
+    thorough = sweep.policy.value == "thorough"
+    if this_round and (thorough or round_complete(this_round, sweep.per_round)):
+        return stored_round(branch, round_no, this_round, context)  # done before: read, never re-evaluate
+    history = [r for r in rows if r["mode"] == branch.mode and r["round"] < round_no]
+    if thorough:
         result = run_thorough_round(branch, context, round_no, len(history), evaluator, cache, on_result)
+        append_trials(run.run_dir, result.rows)
     else:
-        result = run_round(branch, context, round_no, history, evaluator, cache, on_result)
-    append_trials(run.run_dir, result.rows)
+        result = run_round(branch, context, round_no, history, evaluator, cache, on_result, partial=this_round,
+                           on_batch=lambda new: append_trials(run.run_dir, new))
     publish_table(f"spica-{branch.mode}-rounds", result.rows, TRIAL_COLUMNS,
                   f"run {run.identity.run_id}: {branch.mode} round {round_no} ({result.unique} unique successes)")
     if result.message:

@@ -269,3 +269,58 @@ def test_round_plan_rapid_and_thorough() -> None:
     assert round_plan([branch_of(rapid)], rapid) == ({"agg": 3}, 12)
     thorough = make(space={"agg_max_num_seqs": [256, 512]}, sweep={"policy": "thorough", "candidates_per_round": 4})
     assert round_plan([branch_of(thorough)], thorough) == ({"agg": 8}, 30)  # ceil(30 / 4) rounds
+
+
+class InterruptedEvaluator(CountingEvaluator):
+    """The real evaluator, interrupted (as by a crash of the sweep) at its n-th batch."""
+
+    def __init__(self, fail_at: int) -> None:
+        super().__init__()
+        self.batches = 0
+        self.fail_at = fail_at
+
+    def evaluate_batch(self, requests: Sequence[EvalRequest]) -> list[Outcome]:
+        self.batches += 1
+        if self.batches == self.fail_at:
+            raise KeyboardInterrupt("sweep killed")
+        return super().evaluate_batch(requests)
+
+
+def test_an_interrupted_round_resumes_without_repeating_finished_evaluations(tmp_path: Path) -> None:
+    from spica_core.policies import filter_for_goal
+    from spica_core.run import identify
+    from tasks.search import round_task
+    from tasks.validate import ValidatedRun
+
+    config = make(space={"deployment_mode": ["agg"], "parallel_configs": [{"tp": 2, "replicas": 2}],
+                         "agg_max_num_seqs": [256, 512, 1024], "agg_max_num_batched_tokens": [8192, 16384]},
+                  sweep={"candidates_per_round": 4, "algorithm": "RANDOM_SEARCH", "seed": 4})
+    branch = branch_of(config)
+    context = SearchContext(config, None, None)
+
+    def run_in(folder: Path) -> ValidatedRun:
+        return ValidatedRun(config, config, filter_for_goal(config), identify(config, None), RunDir(folder), None)
+
+    straight_eval = CountingEvaluator()
+    straight = round_task.fn(run_in(tmp_path / "a"), branch, 0, context, straight_eval, EvalCache())
+    asks = max(r["ask"] for r in straight.rows) + 1
+    assert asks >= 3  # collisions make this round ask Vizier several times
+
+    killed = InterruptedEvaluator(fail_at=2)  # the second ask that needs a replay
+    with pytest.raises(KeyboardInterrupt):
+        round_task.fn(run_in(tmp_path / "b"), branch, 0, context, killed, EvalCache())
+    kept = RunDir(tmp_path / "b").rows("trials")
+    assert kept and {r["ask"] for r in kept} < {r["ask"] for r in straight.rows}  # finished asks were written
+    assert len(killed.evaluated) > 0
+
+    resumed_eval = CountingEvaluator()
+    resumed = round_task.fn(run_in(tmp_path / "b"), branch, 0, context, resumed_eval,
+                            EvalCache.from_rows(kept))
+    assert len(killed.evaluated) + len(resumed_eval.evaluated) == len(straight_eval.evaluated)
+    assert [r["params_json"] for r in resumed.rows] == [r["params_json"] for r in straight.rows]
+    assert [(r["status"], r["cache_hit"], r["ask"]) for r in resumed.rows] == \
+        [(r["status"], r["cache_hit"], r["ask"]) for r in straight.rows]
+    timeless = [{k: v for k, v in r.items() if k not in ("eval_seconds", "replay_seconds")}
+                for r in RunDir(tmp_path / "b").rows("trials")]
+    assert timeless == [{k: v for k, v in r.items() if k not in ("eval_seconds", "replay_seconds")}
+                        for r in RunDir(tmp_path / "a").rows("trials")]
