@@ -581,12 +581,8 @@ def issues_from(exc: ValidationError, data: Any) -> list[Issue]:
     return unique
 
 
-def load_config(path: str | Path) -> SmartSearchConfig:
-    return SmartSearchConfig.from_yaml(path)
-
-
 __all__ = [
     "SmartSearchConfig", "SearchSpace", "Workload", "OptimizationGoal", "SweepConfig", "SLATarget",
     "ParallelShape", "DisaggParallel", "OptimizationTarget", "SweepPolicy", "VizierAlgorithm",
-    "GOODPUT_TARGETS", "MINIMIZED_TARGETS", "load_config",
+    "GOODPUT_TARGETS", "MINIMIZED_TARGETS",
 ]

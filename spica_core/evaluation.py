@@ -78,7 +78,7 @@ class Outcome:
 def _prepare(req: EvalRequest, timings: dict[str, float]) -> tuple[dict[str, Any], Any, Any]:
     """Sample completion, engine args and the replay spec; raises SpicaError subclasses on bad candidates."""
     from .engine_args import build_engine_args, router_kwargs
-    from .goals import sla_kwargs
+    from .goals import is_feasible, sla_kwargs
     from .hardware import backend_version
     from .planner import make_policy
     from .policies import planner_target
@@ -101,7 +101,7 @@ def _prepare(req: EvalRequest, timings: dict[str, float]) -> tuple[dict[str, Any
         concurrency = kv_load["concurrency"]
     sample = add_run_fields(sample, backend_version=version, concurrency=concurrency, kv_load=kv_load)
     timings["resolve_s"] = time.perf_counter() - t0
-    if int(sample["used_gpus"]) > int(sample["gpu_budget"]):
+    if not is_feasible(int(sample["used_gpus"]), int(sample["gpu_budget"])):
         raise _OverBudget(f"over budget: {sample['used_gpus']} GPUs > gpu_budget {sample['gpu_budget']}")
     t1 = time.perf_counter()
     roles = build_engine_args(sample, profile_dir=req.profile_dir)

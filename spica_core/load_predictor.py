@@ -511,7 +511,7 @@ def sweep_windows(windows_by_interval: dict[int, Sequence[Window]], entries: Seq
     """Score every entry on every interval's windows and choose winners (the trace-free core)."""
     fields = [entry_fields(e) for e in entries]  # validates every family up front
     labels = [entry_label("load_predictor_candidates", e, i) for i, e in enumerate(entries)]
-    warmup = max((family_min_points(f) for f in fields), default=1)
+    warmup = common_warmup(entries)
     best: dict[int, Entry] = {}
     losses: dict[int, dict[str, float]] = {}
     no_winner: list[int] = []
