@@ -41,4 +41,5 @@ def sweep(config_path: str, runs_root: str = "runs", run_dir: str | None = None,
             "tally": Tally.of(trial_rows(run.run_dir)), "stalls": stalls, "pareto": config.goal.is_pareto,
             "warnings": list(branch_set.warnings) + ([f"dropped planner policies {run.policies.dropped}: "
                                                       f"{run.policies.reason}"] if run.policies.dropped else []),
-            "objectives": [o.value for o in config.goal.objectives]}
+            "objectives": [o.value for o in config.goal.objectives],
+            "load_predictor": {"reason": predictor.reason, "winners": predictor.best_by_interval}}

@@ -62,6 +62,11 @@ def render_summary(summary: dict[str, Any]) -> str:
                  f"{tally.failed} failed, {tally.unsupported} unsupported, {tally.cache_hits} cache hits")
     for reason, n in tally.top_reasons():
         lines.append(f"  {n} × {reason}")
+    lp = summary.get("load_predictor") or {}
+    if lp.get("winners"):
+        winners = ", ".join(f"{interval} s → {w if isinstance(w, str) else json.dumps(w)}"
+                            for interval, w in sorted(lp["winners"].items()))
+        lines.append(f"load predictor ({lp['reason']}): {winners}")
     for msg in summary["stalls"]:
         lines.append(msg)
     for msg in summary["warnings"]:

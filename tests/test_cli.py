@@ -187,3 +187,14 @@ def test_summary_knobs_tell_same_shape_rows_apart() -> None:
               "decode_max_num_seqs": 512, "decode_max_num_batched_tokens": 8192, "router_mode": "round_robin",
               "planner_scaling_policy": "disabled"}
     assert knobs(disagg) == "P:4/16384 D:512/8192 rr"
+
+
+def test_summary_reports_the_load_predictor_winners() -> None:
+    from spica_cli.sweep import render_summary
+    from spica_core.search import Tally
+
+    text = render_summary({"ranking": [], "tally": Tally(), "pareto": False, "objectives": ["goodput"],
+                           "stalls": [], "warnings": [], "run_dir": "runs/x",
+                           "load_predictor": {"reason": "swept", "winners": {600: "kalman_default_raw",
+                                                                              180: "arima_raw"}}})
+    assert "load predictor (swept): 180 s → arima_raw, 600 s → kalman_default_raw" in text
