@@ -27,7 +27,6 @@ from .choices import (
     INT_KNOBS,
     KV_ROUTER_KNOBS,
     PLANNER_DETAIL_KNOBS,
-    decode_composite,
 )
 from .config import DisaggParallel, ParallelShape, SmartSearchConfig
 from .enumeration import config_rejection, configs_from_shapes, sort_configs, strategies, worker_shapes
@@ -35,6 +34,7 @@ from .errors import NoViableParallelConfig
 from .hardware import ModelFacts, SystemFacts, model_facts, system_facts
 from .kv import ShapeKV, max_seq_len, no_viable_message, shape_kv
 from .params import Param
+from .policies import scaling_flags
 from .parallel import Mode, ParallelConfig, RoleConfig, Shape
 
 log = logging.getLogger(__name__)
@@ -307,11 +307,7 @@ def branch_knob_choices(config: SmartSearchConfig, mode: str, backends: Sequence
                 knobs[name] = list(getattr(ss, name))
     policies = list(ss.planner_scaling_policy)
     knobs["planner_scaling_policy"] = policies
-    planner_on = False
-    for entry in policies:
-        fields = decode_composite("planner_scaling_policy", entry)
-        planner_on = planner_on or fields["enable_throughput_scaling"] or fields["enable_load_scaling"]
-    if planner_on:                                                    # rule 3
+    if any(any(scaling_flags(entry)) for entry in policies):         # rule 3
         for name in PLANNER_DETAIL_KNOBS:
             knobs[name] = list(getattr(ss, name))
     ranges: dict[str, tuple[float, float]] = {}

@@ -160,6 +160,11 @@ def trial_row(*, mode: str, round_no: int, trial: int, candidate: Candidate, sta
     }
 
 
+def is_evaluated_success(row: Mapping[str, Any]) -> bool:
+    """A feasible row that ran its own replay: neither a cache hit nor a duplicate (which are hits)."""
+    return row["status"] == "feasible" and not row["cache_hit"]
+
+
 def record_of(row: Mapping[str, Any], context: SearchContext) -> TrialRecord | None:
     """The study's view of a stored trial row (None for rows the study never saw, e.g. thorough)."""
     params = json.loads(row["params_json"])
@@ -200,7 +205,7 @@ class EvalCache:
     def from_rows(cls, rows: Sequence[Mapping[str, Any]]) -> EvalCache:
         cache = cls()
         for row in rows:
-            if row["status"] == "feasible" and not row["cache_hit"] and row["duplicate_of"] is None:
+            if is_evaluated_success(row):
                 cache.entries[row["cache_key"]] = {
                     "sample": json.loads(row["sample_json"]), "metrics": json.loads(row["metrics_json"]),
                     "score": row["score"],
@@ -230,7 +235,7 @@ def _request(context: SearchContext, candidate: Candidate, eval_id: str) -> Eval
 
 def round_progress(rows: Sequence[Mapping[str, Any]]) -> tuple[int, int, int]:
     """(unique successes, attempts, next ask index) of a round's rows so far."""
-    unique = sum(1 for r in rows if r["status"] == "feasible" and not r["cache_hit"])
+    unique = sum(1 for r in rows if is_evaluated_success(r))
     return unique, len(rows), max((int(r["ask"]) for r in rows), default=-1) + 1
 
 
@@ -325,8 +330,8 @@ def _mark_stall(result: RoundResult, branch: Branch, round_no: int, per_round: i
 def stored_round(branch: Branch, round_no: int, rows: Sequence[Mapping[str, Any]],
                  context: SearchContext) -> RoundResult:
     """A round already in trials.parquet, as run_round returned it (resume reads, never re-evaluates)."""
-    unique = sum(1 for r in rows if r["status"] == "feasible" and not r["cache_hit"])
-    result = RoundResult(rows=list(rows), unique=unique, attempts=len(rows))
+    unique, attempts, _ = round_progress(rows)
+    result = RoundResult(rows=list(rows), unique=unique, attempts=attempts)
     if context.config.sweep.policy.value == "thorough":
         return result
     return _mark_stall(result, branch, round_no, context.config.sweep.per_round)
@@ -403,7 +408,7 @@ def candidates_from_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, An
     """Unique feasible candidates (each evaluated sample once), in evaluation order."""
     out = []
     for row in rows:
-        if row["status"] == "feasible" and not row["cache_hit"] and row["duplicate_of"] is None:
+        if is_evaluated_success(row):
             out.append({"mode": row["mode"], "round": row["round"], "trial": row["trial"],
                         "backend": row["backend"], "parallel": row["parallel"], "used_gpus": row["used_gpus"],
                         "score": row["score"],

@@ -6,6 +6,8 @@ import sys
 import time
 from typing import Any
 
+from spica_core.search import is_evaluated_success
+
 
 class SweepProgress:
     """Counts unique successful evaluations against the target (§6.1); redraws at most 4×/s."""
@@ -27,7 +29,7 @@ class SweepProgress:
 
     def count(self, row: dict[str, Any]) -> None:
         self.attempts += 1
-        if row["status"] == "feasible" and not row["cache_hit"]:
+        if is_evaluated_success(row):
             self.done += 1
             if row["score"] is not None and math.isfinite(row["score"]):
                 self.best = row["score"] if self.best is None else max(self.best, row["score"])
