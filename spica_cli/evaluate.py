@@ -41,39 +41,28 @@ HEADLINE_ROWS = (
 
 
 def unpinned_knobs(config: Any) -> list[str]:
-    """Knobs that apply to the single candidate but still list several values."""
-    from spica_core.choices import CACHE_HIT_KNOBS, ENGINE_KNOBS, KV_ROUTER_KNOBS, decode_composite
+    """Knobs that apply to the single candidate (after §2.11 pruning) but still list several values."""
+    from spica_core.branches import branch_knob_choices
+    from spica_core.policies import scaling_flags
 
     space = config.search_space
     multi: list[str] = []
-
-    def check(name: str) -> None:
-        values = getattr(space, name)
-        if len(values) > 1:
-            multi.append(f"{name} ({len(values)} values: {values})")
-
-    for name in ("deployment_mode", "backend", "router_mode", "planner_scaling_policy"):
-        check(name)
+    if len(space.deployment_mode) > 1:
+        multi.append(f"deployment_mode ({len(space.deployment_mode)} values: {space.deployment_mode})")
     if len(space.parallel_configs) != 1:
         multi.append(f"parallel_configs ({len(space.parallel_configs) or 'none: derived'}; give exactly one entry)")
-    if len(space.deployment_mode) == 1:
-        for name in ENGINE_KNOBS[space.deployment_mode[0]]:
-            check(name)
-    if space.router_mode == ["kv_router"]:
-        for name in KV_ROUTER_KNOBS:
-            check(name)
-        if space.num_g2_blocks > 0:
-            for name in CACHE_HIT_KNOBS:
-                check(name)
-    if len(space.planner_scaling_policy) == 1:
-        flags = decode_composite("planner_scaling_policy", space.planner_scaling_policy[0])
-        if flags["enable_throughput_scaling"] or flags["enable_load_scaling"]:
-            check("planner_fpm_sampling")
-            check("planner_load_sensitivity")
-        if flags["enable_throughput_scaling"]:
-            check("load_predictor_candidates")
-    if config.workload.kv_load_range is not None:
-        multi.append(f"workload.kv_load_ratio (a range {config.workload.kv_load_ratio}; give one ratio)")
+    for mode in space.deployment_mode:
+        knobs, ranges = branch_knob_choices(config, mode, space.backend)
+        for name, values in knobs.items():
+            entry = f"{name} ({len(values)} values: {values})"
+            if len(values) > 1 and entry not in multi:
+                multi.append(entry)
+        for name in ranges:
+            multi.append(f"workload.{name} (a range {config.workload.kv_load_ratio}; give one ratio)")
+    policies = space.planner_scaling_policy
+    if len(policies) == 1 and scaling_flags(policies[0])[0] and len(space.load_predictor_candidates) > 1:
+        multi.append(f"load_predictor_candidates ({len(space.load_predictor_candidates)} values: "
+                     f"{space.load_predictor_candidates})")
     return multi
 
 

@@ -163,3 +163,14 @@ def test_evaluate_command_infeasible_returns_1(tmp_path: Path, capsys: pytest.Ca
     path = write_config(tmp_path, parallel_configs=[{"tp": 4, "replicas": 4}])
     assert evaluate_command(str(path), False) == 1
     assert "over budget" in capsys.readouterr().out
+
+
+def test_unpinned_knobs_ignore_dimensions_that_do_not_apply(tmp_path: Path) -> None:
+    """Under round robin the KV-router weights are dead dimensions (§2.11): several values are fine."""
+    from spica_cli.evaluate import unpinned_knobs
+
+    path = write_config(tmp_path, router_mode=["round_robin"], overlap_score_credit=[0.0, 1.0],
+                        planner_fpm_sampling=["small", "large"])
+    assert unpinned_knobs(SmartSearchConfig.from_yaml(path)) == []
+    kv = write_config(tmp_path, overlap_score_credit=[0.0, 1.0])
+    assert unpinned_knobs(SmartSearchConfig.from_yaml(kv)) == ["overlap_score_credit (2 values: [0.0, 1.0])"]
