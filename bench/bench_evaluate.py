@@ -17,11 +17,11 @@ from pathlib import Path
 
 os.environ.setdefault("DYN_LOG", "error")
 
-from spica_core.config import SmartSearchConfig  # noqa: E402
-from spica_core.evaluation import EvalPool, EvalRequest, evaluate_one  # noqa: E402
-from spica_core.parallel import ParallelConfig  # noqa: E402
-from spica_core.sample import unroll_sample  # noqa: E402
-from spica_core.traces import write_poisson_trace  # noqa: E402
+from spica_core.config.model import SmartSearchConfig  # noqa: E402
+from spica_core.evaluate.evaluator import EvalPool, EvalRequest, evaluate_one  # noqa: E402
+from spica_core.space.parallel import ParallelConfig  # noqa: E402
+from spica_core.evaluate.candidate import unroll_sample  # noqa: E402
+from spica_core.evaluate.traces import write_poisson_trace  # noqa: E402
 
 
 def make_request(trace: Path, router: str) -> EvalRequest:

@@ -23,7 +23,7 @@ _CHILD = """
 import json, sys, time
 t0 = time.perf_counter()
 from spica_cli.space import compute_space
-from spica_core.config import SmartSearchConfig
+from spica_core.config.model import SmartSearchConfig
 t1 = time.perf_counter()
 doc = compute_space(SmartSearchConfig.from_yaml(sys.argv[1]))
 t2 = time.perf_counter()

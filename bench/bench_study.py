@@ -24,8 +24,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import psutil  # noqa: E402
 
-from spica_core.params import Param  # noqa: E402
-from spica_core.study import Study  # noqa: E402
+from spica_core.space.params import Param  # noqa: E402
+from spica_core.search.study import Study  # noqa: E402
 
 # A branch-sized space: 2 categorical, 3 discrete (one log-scale engine size), 2 float, 1 composite.
 PARAMS: list[Param] = [

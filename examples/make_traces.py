@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from spica_core.traces import write_poisson_trace, write_sine_trace
+from spica_core.evaluate.traces import write_poisson_trace, write_sine_trace
 
 HERE = Path(__file__).resolve().parent
 

@@ -5,8 +5,8 @@ from typing import Any
 
 from prefect import flow
 
-from spica_core.evaluation import make_evaluator
-from spica_core.search import EvalCache, SearchContext, Tally, round_plan
+from spica_core.evaluate.evaluator import make_evaluator
+from spica_core.search.rounds import EvalCache, SearchContext, Tally, round_plan
 from tasks.progress import SweepProgress
 from tasks.search import load_predictor_task, rank_task, round_task, trial_rows
 from tasks.space import enumerate_branches_task, kv_filter_task

@@ -42,8 +42,8 @@ HEADLINE_ROWS = (
 
 def unpinned_knobs(config: Any) -> list[str]:
     """Knobs that apply to the single candidate (after §2.11 pruning) but still list several values."""
-    from spica_core.branches import branch_knob_choices
-    from spica_core.policies import scaling_flags
+    from spica_core.space.branches import branch_knob_choices
+    from spica_core.config.policies import scaling_flags
 
     space = config.search_space
     multi: list[str] = []
@@ -68,10 +68,10 @@ def unpinned_knobs(config: Any) -> list[str]:
 
 def build_request(config: Any, config_path: str) -> Any:
     """The single candidate of a fully pinned config as an EvalRequest."""
-    from spica_core.choices import decode_composite
-    from spica_core.evaluation import EvalRequest
-    from spica_core.parallel import ParallelConfig
-    from spica_core.sample import unroll_sample
+    from spica_core.config.knobs import decode_composite
+    from spica_core.evaluate.evaluator import EvalRequest
+    from spica_core.space.parallel import ParallelConfig
+    from spica_core.evaluate.candidate import unroll_sample
 
     multi = unpinned_knobs(config)
     if multi:
@@ -98,7 +98,7 @@ def _fmt(value: Any) -> str:
 
 
 def render_text(outcome: Any, goal: Any) -> str:
-    from spica_core.evaluation import headline
+    from spica_core.evaluate.evaluator import headline
 
     lines = ["candidate (flat sample):"]
     width = max(len(k) for k in outcome.sample) if outcome.sample else 0
@@ -124,7 +124,7 @@ def render_text(outcome: Any, goal: Any) -> str:
 
 
 def render_json(outcome: Any, goal: Any) -> str:
-    from spica_core.evaluation import headline
+    from spica_core.evaluate.evaluator import headline
 
     body = {"status": outcome.status, "reason": outcome.reason, "sample": outcome.sample,
             "metrics": headline(outcome) if outcome.status == "feasible" else {},
@@ -137,8 +137,8 @@ def render_json(outcome: Any, goal: Any) -> str:
 def evaluate_command(config_path: str, as_json: bool) -> int:
     """Evaluate the one candidate a pinned config describes; 0 feasible, 1 infeasible/failed, 2 user error."""
     os.environ.setdefault("DYN_LOG", "error")
-    from spica_core.config import SmartSearchConfig
-    from spica_core.evaluation import EvalPool, evaluate_one
+    from spica_core.config.model import SmartSearchConfig
+    from spica_core.evaluate.evaluator import EvalPool, evaluate_one
 
     try:
         config = SmartSearchConfig.from_yaml(config_path)

@@ -32,8 +32,8 @@ def _fail(message: str) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from spica_core.config import SmartSearchConfig
-    from spica_core.summary import describe
+    from spica_core.config.model import SmartSearchConfig
+    from spica_core.config.summary import describe
 
     config = SmartSearchConfig.from_yaml(args.config)
     print(describe(config))
@@ -41,7 +41,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from spica_core.config import SmartSearchConfig
+    from spica_core.config.model import SmartSearchConfig
 
     print(json.dumps(SmartSearchConfig.model_json_schema(), indent=2))
     return EXIT_OK

@@ -8,12 +8,12 @@ import json
 import sys
 from typing import Any
 
-from spica_core.branches import Branch, BranchSet, config_strategy, enumerate_branches
-from spica_core.config import SmartSearchConfig
+from spica_core.space.branches import Branch, BranchSet, config_strategy, enumerate_branches
+from spica_core.config.model import SmartSearchConfig
 from spica_core.errors import SpicaError
-from spica_core.kv import FILTER_MAX_BATCH_SIZE, FILTER_MAX_NUM_TOKENS, FILTER_MEMORY_FRACTION
-from spica_core.parallel import ParallelConfig, RoleConfig
-from spica_core.projection import latent_params
+from spica_core.space.kv import FILTER_MAX_BATCH_SIZE, FILTER_MAX_NUM_TOKENS, FILTER_MEMORY_FRACTION
+from spica_core.space.parallel import ParallelConfig, RoleConfig
+from spica_core.space.projection import latent_params
 
 SCHEMA = "spica.space/1"
 _GIB = 1 << 30
@@ -147,7 +147,7 @@ def render_text(doc: dict[str, Any]) -> str:
 
 def compute_space(config: SmartSearchConfig) -> dict[str, Any]:
     """Policy filter for the goal (§7.1 step 3), then branches (step 4), as the JSON document."""
-    from spica_core.policies import filter_for_goal, with_policies
+    from spica_core.config.policies import filter_for_goal, with_policies
 
     policies = filter_for_goal(config)
     if policies.dropped:

@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from spica_core.config import SmartSearchConfig
-from spica_core.search import Tally
+from spica_core.config.model import SmartSearchConfig
+from spica_core.search.rounds import Tally
 
 TOP = 10
 

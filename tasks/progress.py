@@ -6,7 +6,7 @@ import sys
 import time
 from typing import Any
 
-from spica_core.search import is_evaluated_success
+from spica_core.search.rounds import is_evaluated_success
 
 
 class SweepProgress:

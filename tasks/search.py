@@ -14,10 +14,10 @@ from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.context import TaskRunContext
 
-from spica_core.artifacts import RunDir
-from spica_core.branches import Branch
-from spica_core.load_predictor import LOAD_PREDICTOR_SCHEMA, LoadPredictorResult, sweep_load_predictor
-from spica_core.search import (
+from spica_core.run.catalog import RunDir
+from spica_core.space.branches import Branch
+from spica_core.predictors.subsweep import LOAD_PREDICTOR_SCHEMA, LoadPredictorResult, sweep_load_predictor
+from spica_core.search.rounds import (
     RANKING_SCHEMA, TRIALS_SCHEMA, EvalCache, Evaluator, RoundResult, SearchContext, merge, ranking_rows,
     round_complete, run_round, run_thorough_round, stored_round,
 )

@@ -4,9 +4,9 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from spica_core.artifacts import RunDir
-from spica_core.branches import BranchSet, LegalSpace, estimate_shapes, kv_filter, legal_space, ordered_records, shapes_table
-from spica_core.config import SmartSearchConfig
+from spica_core.run.catalog import RunDir
+from spica_core.space.branches import BranchSet, LegalSpace, estimate_shapes, kv_filter, legal_space, ordered_records, shapes_table
+from spica_core.config.model import SmartSearchConfig
 
 
 @task(name="enumerate branches", cache_policy=NO_CACHE)

@@ -7,10 +7,10 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from spica_core.artifacts import RunDir
-from spica_core.config import SmartSearchConfig
-from spica_core.policies import PolicyFilter, filter_for_goal, with_policies
-from spica_core.run import CONFIG_SCHEMA, RunIdentity, config_rows, identify
+from spica_core.run.catalog import RunDir
+from spica_core.config.model import SmartSearchConfig
+from spica_core.config.policies import PolicyFilter, filter_for_goal, with_policies
+from spica_core.run.identity import CONFIG_SCHEMA, RunIdentity, config_rows, identify
 
 
 @dataclass(frozen=True)

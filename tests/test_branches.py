@@ -5,16 +5,16 @@ from typing import Any
 
 import pytest
 
-from spica_core.artifacts import RunDir
-from spica_core.branches import (
+from spica_core.run.catalog import RunDir
+from spica_core.space.branches import (
     TRTLLM_DISAGG_REASON,
     BranchSet,
     enumerate_branches,
     legal_space,
 )
-from spica_core.config import SmartSearchConfig
+from spica_core.config.model import SmartSearchConfig
 from spica_core.errors import NoViableParallelConfig, UnknownModel, UnknownSystem
-from spica_core.parallel import ParallelConfig, RoleConfig, Shape
+from spica_core.space.parallel import ParallelConfig, RoleConfig, Shape
 
 ALL = ["vllm", "sglang", "trtllm"]
 WORKLOAD = {"isl": 1000, "osl": 200, "num_request_ratio": 4, "concurrency": 16}

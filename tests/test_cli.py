@@ -12,8 +12,8 @@ import pytest
 
 from conftest import EXAMPLES, REPO
 from spica_cli.main import main
-from spica_core.config import SmartSearchConfig
-from spica_core.run import config_from_row, identify
+from spica_core.config.model import SmartSearchConfig
+from spica_core.run.identity import config_from_row, identify
 from tasks.validate import validate_config
 
 EXAMPLE_FILES = sorted(EXAMPLES.glob("*.yaml"))
@@ -191,7 +191,7 @@ def test_summary_knobs_tell_same_shape_rows_apart() -> None:
 
 def test_summary_reports_the_load_predictor_winners() -> None:
     from spica_cli.sweep import render_summary
-    from spica_core.search import Tally
+    from spica_core.search.rounds import Tally
 
     text = render_summary({"ranking": [], "tally": Tally(), "pareto": False, "objectives": ["goodput"],
                            "stalls": [], "warnings": [], "run_dir": "runs/x",

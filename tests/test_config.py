@@ -6,10 +6,10 @@ from typing import Any, Callable
 
 import pytest
 
-from spica_core.choices import decode_composite, predictor_fields
-from spica_core.config import ParallelShape, DisaggParallel, SmartSearchConfig
+from spica_core.config.knobs import decode_composite, predictor_fields
+from spica_core.config.model import ParallelShape, DisaggParallel, SmartSearchConfig
 from spica_core.errors import ConfigError, SpicaError
-from spica_core.policies import filter_for_goal, filter_scaling_policies, throughput_intervals
+from spica_core.config.policies import filter_for_goal, filter_scaling_policies, throughput_intervals
 
 BASE: dict[str, Any] = {
     "search_space": {"model_name": "Qwen/Qwen3-32B", "hardware_sku": "h200_sxm", "gpu_budget": 8},

@@ -8,19 +8,19 @@ from typing import Any
 import numpy as np
 import pytest
 
-from spica_core.config import SmartSearchConfig, Workload
-from spica_core.engine_args import (
+from spica_core.config.model import SmartSearchConfig, Workload
+from spica_core.evaluate.engine_args import (
     KV_TRANSFER_GBPS_PER_GPU,
     InfeasibleKVCapacity,
     RejectedEngineArgs,
     build_engine_args,
     router_kwargs,
 )
-from spica_core.hardware import backend_version, kv_tokens_per_rank
-from spica_core.parallel import ParallelConfig, Shape
-from spica_core.profiles import EngineShape, StepTimes, cache_dir, profile_path, step_engine
-from spica_core.sample import add_run_fields, unroll_sample
-from spica_core.workload import replay_workload, request_count, resolve_kv_load
+from spica_core.space.facts import backend_version, kv_tokens_per_rank
+from spica_core.space.parallel import ParallelConfig, Shape
+from spica_core.evaluate.profiles import EngineShape, StepTimes, cache_dir, profile_path, step_engine
+from spica_core.evaluate.candidate import add_run_fields, unroll_sample
+from spica_core.evaluate.workload import replay_workload, request_count, resolve_kv_load
 
 MODEL, SKU = "Qwen/Qwen3-32B", "h200_sxm"
 

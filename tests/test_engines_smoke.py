@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from importlib import metadata
 
-from spica_core.params import Param
-from spica_core.study import Study
+from spica_core.space.params import Param
+from spica_core.search.study import Study
 
 
 def test_pinned_versions() -> None:

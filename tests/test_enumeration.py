@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from spica_core.enumeration import (
+from spica_core.space.enumeration import (
     agg_configs,
     backend_rejects,
     config_rejection,
@@ -14,7 +14,7 @@ from spica_core.enumeration import (
     shape_rejection,
     worker_shapes,
 )
-from spica_core.parallel import ParallelConfig, RoleConfig, Shape
+from spica_core.space.parallel import ParallelConfig, RoleConfig, Shape
 
 
 def test_dense_is_plain_tp_on_the_ladder_capped_by_budget() -> None:

@@ -13,13 +13,13 @@ import pytest
 import yaml
 
 from spica_cli.evaluate import evaluate_command
-from spica_core.config import SmartSearchConfig
-from spica_core.evaluation import EvalPool, EvalRequest, SequentialEvaluator, evaluate_one, make_evaluator
-from spica_core.hardware import kv_tokens_per_rank
-from spica_core.parallel import ParallelConfig, Shape
-from spica_core.replay import comparable
-from spica_core.sample import unroll_sample
-from spica_core.traces import write_poisson_trace
+from spica_core.config.model import SmartSearchConfig
+from spica_core.evaluate.evaluator import EvalPool, EvalRequest, SequentialEvaluator, evaluate_one, make_evaluator
+from spica_core.space.facts import kv_tokens_per_rank
+from spica_core.space.parallel import ParallelConfig, Shape
+from spica_core.evaluate.replay import comparable
+from spica_core.evaluate.candidate import unroll_sample
+from spica_core.evaluate.traces import write_poisson_trace
 
 MODEL = "Qwen/Qwen3-32B"
 SPACE = {"model_name": MODEL, "hardware_sku": "h200_sxm", "deployment_mode": ["agg"], "router_mode": ["round_robin"],

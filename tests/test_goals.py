@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from spica_core.config import OptimizationGoal
-from spica_core.goals import (
+from spica_core.config.model import OptimizationGoal
+from spica_core.evaluate.scoring import (
     GoodputContractViolation,
     avg_gpu,
     candidate_metrics,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from spica_core.errors import NoPerfDatabase, UnknownModel, UnknownSystem
-from spica_core.hardware import (
+from spica_core.space.facts import (
     backend_version,
     enable_wideep,
     kv_estimate,
@@ -18,7 +18,7 @@ from spica_core.hardware import (
     model_facts,
     system_facts,
 )
-from spica_core.parallel import Shape
+from spica_core.space.parallel import Shape
 
 GIB = 1 << 30
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from spica_core.enumeration import worker_shapes
+from spica_core.space.enumeration import worker_shapes
 from spica_core.errors import NoPerfDatabase, NoViableParallelConfig
-from spica_core.kv import feasible_shapes, max_seq_len, parallel_configs_for, shape_kv
-from spica_core.parallel import Shape
+from spica_core.space.kv import feasible_shapes, max_seq_len, parallel_configs_for, shape_kv
+from spica_core.space.parallel import Shape
 
 QWEN = "Qwen/Qwen3-32B"
 DSV3 = "deepseek-ai/DeepSeek-V3"

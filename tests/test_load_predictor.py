@@ -9,8 +9,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from spica_core.config import SmartSearchConfig
-from spica_core.load_predictor import (
+from spica_core.config.model import SmartSearchConfig
+from spica_core.predictors.subsweep import (
     FALLBACK_ENTRY,
     LOAD_PREDICTOR_SCHEMA,
     REASON_NO_THROUGHPUT,
@@ -30,7 +30,7 @@ from spica_core.load_predictor import (
     sweep_load_predictor,
     window_loss,
 )
-from spica_core.traces import write_sine_trace
+from spica_core.evaluate.traces import write_sine_trace
 
 
 def _write_rows(path: Path, rows: list[tuple[float, int, int]]) -> Path:

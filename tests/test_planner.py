@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from spica_core.config import SmartSearchConfig
-from spica_core.evaluation import EvalRequest, evaluate_one
-from spica_core.hardware import backend_version
-from spica_core.parallel import ParallelConfig, Shape
-from spica_core.planner import Budget, PlannerConfigError, PlannerPolicy, PlannerSettings, RoleCapability
-from spica_core.profiles import EngineShape, profile_path
-from spica_core.sample import unroll_sample
-from spica_core.traces import write_sine_trace
+from spica_core.config.model import SmartSearchConfig
+from spica_core.evaluate.evaluator import EvalRequest, evaluate_one
+from spica_core.space.facts import backend_version
+from spica_core.space.parallel import ParallelConfig, Shape
+from spica_core.planner.policy import Budget, PlannerConfigError, PlannerPolicy, PlannerSettings, RoleCapability
+from spica_core.evaluate.profiles import EngineShape, profile_path
+from spica_core.evaluate.candidate import unroll_sample
+from spica_core.evaluate.traces import write_sine_trace
 
 MODEL = "Qwen/Qwen3-32B"
 PLANNER_SAMPLE = {"deployment_mode": "agg", "enable_load_scaling": True, "enable_throughput_scaling": False,

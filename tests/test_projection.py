@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from spica_core.branches import Branch, enumerate_branches
-from spica_core.config import SmartSearchConfig
-from spica_core.parallel import ParallelConfig, RoleConfig, Shape
-from spica_core.projection import (
+from spica_core.space.branches import Branch, enumerate_branches
+from spica_core.config.model import SmartSearchConfig
+from spica_core.space.parallel import ParallelConfig, RoleConfig, Shape
+from spica_core.space.projection import (
     branch_features,
     config_features,
     geometric_centre,

@@ -7,17 +7,17 @@ from typing import Any
 
 import pytest
 
-from spica_core.config import SmartSearchConfig
-from spica_core.engine_args import build_engine_args, router_kwargs
-from spica_core.evaluation import EvalRequest, Outcome, evaluate_one
-from spica_core.goals import sla_kwargs
-from spica_core.hardware import backend_version
-from spica_core.parallel import ParallelConfig, Shape
-from spica_core.profiles import EngineShape, step_engine
-from spica_core.replay import ReplaySpec, run_replay
-from spica_core.sample import add_run_fields, unroll_sample
-from spica_core.traces import write_poisson_trace
-from spica_core.workload import replay_workload
+from spica_core.config.model import SmartSearchConfig
+from spica_core.evaluate.engine_args import build_engine_args, router_kwargs
+from spica_core.evaluate.evaluator import EvalRequest, Outcome, evaluate_one
+from spica_core.evaluate.scoring import sla_kwargs
+from spica_core.space.facts import backend_version
+from spica_core.space.parallel import ParallelConfig, Shape
+from spica_core.evaluate.profiles import EngineShape, step_engine
+from spica_core.evaluate.replay import ReplaySpec, run_replay
+from spica_core.evaluate.candidate import add_run_fields, unroll_sample
+from spica_core.evaluate.traces import write_poisson_trace
+from spica_core.evaluate.workload import replay_workload
 
 MODEL = "Qwen/Qwen3-32B"
 

@@ -5,10 +5,10 @@ from typing import Any
 
 import pytest
 
-from spica_core.config import SmartSearchConfig
+from spica_core.config.model import SmartSearchConfig
 from spica_core.errors import SpicaError
-from spica_core.parallel import ParallelConfig
-from spica_core.sample import add_run_fields, parallel_from_sample, unroll_sample
+from spica_core.space.parallel import ParallelConfig
+from spica_core.evaluate.candidate import add_run_fields, parallel_from_sample, unroll_sample
 
 PINNED = {"model_name", "hardware_sku", "gpu_budget", "min_gpu_budget", "min_endpoint", "context_length",
           "startup_time", "aic_nextn", "num_g2_blocks", "kv_bytes_per_token", "bandwidth_g1_to_g2_gbps",

@@ -9,16 +9,16 @@ from typing import Any, Sequence
 
 import pytest
 
-from spica_core.artifacts import RunDir
-from spica_core.branches import enumerate_branches
-from spica_core.config import SmartSearchConfig
-from spica_core.evaluation import EvalRequest, Outcome, SequentialEvaluator
-from spica_core.search import (
+from spica_core.run.catalog import RunDir
+from spica_core.space.branches import enumerate_branches
+from spica_core.config.model import SmartSearchConfig
+from spica_core.evaluate.evaluator import EvalRequest, Outcome, SequentialEvaluator
+from spica_core.search.rounds import (
     EvalCache, SearchContext, Tally, build_candidate, candidates_from_rows, merge, run_round, run_thorough_round,
     thorough_candidates, thorough_size,
 )
-from spica_core.projection import latent_params
-from spica_core.study import Study
+from spica_core.space.projection import latent_params
+from spica_core.search.study import Study
 
 SPACE: dict[str, Any] = {
     "model_name": "Qwen/Qwen3-32B", "hardware_sku": "h200_sxm", "gpu_budget": 8, "deployment_mode": ["agg"],
@@ -212,8 +212,8 @@ def test_default_designer_with_half_the_budget_is_within_2_percent_of_thorough()
 def test_round_task_resumes_a_finished_round_without_replaying(tmp_path: Path) -> None:
     from tasks.search import round_task
     from tasks.validate import ValidatedRun
-    from spica_core.policies import filter_for_goal
-    from spica_core.run import identify
+    from spica_core.config.policies import filter_for_goal
+    from spica_core.run.identity import identify
 
     config = make(space={"deployment_mode": ["agg"], "parallel_configs": [{"tp": 2, "replicas": 2}],
                          "agg_max_num_seqs": [256, 512]},
@@ -233,7 +233,7 @@ def test_round_task_resumes_a_finished_round_without_replaying(tmp_path: Path) -
 
 
 def test_trial_rows_have_fixed_columns() -> None:
-    from spica_core.search import TRIALS_SCHEMA
+    from spica_core.search.rounds import TRIALS_SCHEMA
 
     config = make(space={"deployment_mode": ["agg"], "parallel_configs": [{"tp": 2}]},
                   sweep={"policy": "thorough"})
@@ -248,7 +248,7 @@ def test_trial_rows_have_fixed_columns() -> None:
 
 
 def test_a_non_finite_objective_becomes_infeasible() -> None:
-    from spica_core.search import finite_or_infeasible
+    from spica_core.search.rounds import finite_or_infeasible
 
     context = SearchContext(make(goal={"target": "e2e_latency"}), None, None)
     bad = finite_or_infeasible(context, Outcome("feasible", score=float("-inf"), metrics={}))
@@ -263,7 +263,7 @@ def test_a_non_finite_objective_becomes_infeasible() -> None:
 
 
 def test_round_plan_rapid_and_thorough() -> None:
-    from spica_core.search import round_plan
+    from spica_core.search.rounds import round_plan
 
     rapid = make(sweep={"max_rounds": 3, "candidates_per_round": 4})
     assert round_plan([branch_of(rapid)], rapid) == ({"agg": 3}, 12)
@@ -287,8 +287,8 @@ class InterruptedEvaluator(CountingEvaluator):
 
 
 def test_an_interrupted_round_resumes_without_repeating_finished_evaluations(tmp_path: Path) -> None:
-    from spica_core.policies import filter_for_goal
-    from spica_core.run import identify
+    from spica_core.config.policies import filter_for_goal
+    from spica_core.run.identity import identify
     from tasks.search import round_task
     from tasks.validate import ValidatedRun
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from spica_core.params import Param
-from spica_core.study import CONSTANT_PARAM, Study, TrialRecord, derive_seed
+from spica_core.space.params import Param
+from spica_core.search.study import CONSTANT_PARAM, Study, TrialRecord, derive_seed
 
 PARAMS: list[Param] = [
     Param("backend", "categorical", ("vllm", "sglang"), default="vllm"),

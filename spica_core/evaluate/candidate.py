@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .choices import ENGINE_KNOBS, KV_ROUTER_KNOBS, decode_composite, predictor_fields
-from .config import SearchSpace
-from .errors import SpicaError
-from .parallel import ParallelConfig
+from spica_core.config.knobs import ENGINE_KNOBS, KV_ROUTER_KNOBS, decode_composite, predictor_fields
+from spica_core.config.model import SearchSpace
+from spica_core.errors import SpicaError
+from spica_core.space.parallel import ParallelConfig
 
 PINNED_CONTEXT = ("model_name", "hardware_sku", "gpu_budget", "min_gpu_budget", "min_endpoint",
                   "context_length", "startup_time", "aic_nextn")

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from .fingerprint import fingerprint
-from .hardware import kv_tokens_per_rank, quiet_aic
-from .parallel import Shape
+from spica_core.run.fingerprint import fingerprint
+from spica_core.space.facts import kv_tokens_per_rank, quiet_aic
+from spica_core.space.parallel import Shape
 
 PROFILE_SCHEMA = 2
 DEFAULT_CACHE_DIR = Path("~/.cache/spica/profiles")
@@ -111,7 +111,7 @@ def step_engine(es: EngineShape) -> tuple[Any, Any]:
         apply_nextn(mc, es.nextn)
     db = get_database_view(es.system, es.backend, es.backend_version)
     if db is None:
-        from .errors import NoPerfDatabase
+        from spica_core.errors import NoPerfDatabase
         raise NoPerfDatabase(f"aiconfigurator-core has no perf database for {es.backend} "
                              f"{es.backend_version} on {es.system}")
     resolve_context_fmha_by_data(mc, es.model, db, es.backend, is_context_role=True)

@@ -27,8 +27,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .errors import SpicaError
-from .profiles import StepTimes
+from spica_core.errors import SpicaError
+from spica_core.evaluate.profiles import StepTimes
 
 MAX_THROUGHPUT_SCALING_REPLICAS = 8
 MAX_KV_HIT_RATE = 0.95
@@ -302,7 +302,7 @@ class Budget:
 
 
 def _default_predictor_factory(fields: Mapping[str, Any], interval_s: float) -> Predictor:
-    from .load_predictor import make_predictor
+    from spica_core.predictors.subsweep import make_predictor
 
     return make_predictor(dict(fields), interval_s)
 
@@ -833,7 +833,7 @@ def make_policy(sample: Mapping[str, Any], roles: Mapping[str, Any], optimizatio
         return None
     context = sample.get("context_length")
     if context is None:
-        from .hardware import model_facts
+        from spica_core.space.facts import model_facts
         context = model_facts(sample["model_name"]).max_context
     caps = {role: RoleCapability.from_role_args(ra, context, sample.get("aic_nextn")) for role, ra in roles.items()}
     return PlannerPolicy(settings, caps, predictor_factory)

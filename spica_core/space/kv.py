@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .enumeration import configs_from_shapes, worker_shapes
-from .errors import NoViableParallelConfig
-from .hardware import backend_version, kv_estimate, model_facts
-from .parallel import Mode, ParallelConfig, Shape
+from spica_core.space.enumeration import configs_from_shapes, worker_shapes
+from spica_core.errors import NoViableParallelConfig
+from spica_core.space.facts import backend_version, kv_estimate, model_facts
+from spica_core.space.parallel import Mode, ParallelConfig, Shape
 
 # §2.12 step 8: the fixed reservations of the feasibility filter.
 FILTER_MAX_NUM_TOKENS = 8192

@@ -12,9 +12,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from .branches import Branch
-from .params import Param
-from .parallel import ParallelConfig
+from spica_core.space.branches import Branch
+from spica_core.space.params import Param
+from spica_core.space.parallel import ParallelConfig
 
 ATTENTION_ORDER: tuple[str, ...] = ("tp", "dp")
 FFN_ORDER: tuple[str, ...] = ("ep", "tp")

@@ -8,8 +8,8 @@ from __future__ import annotations
 from itertools import product
 from typing import Iterable, Sequence
 
-from .hardware import ModelFacts
-from .parallel import Mode, ParallelConfig, RoleConfig, Shape
+from spica_core.space.facts import ModelFacts
+from spica_core.space.parallel import Mode, ParallelConfig, RoleConfig, Shape
 
 # §2.12 step 2: GPUs per worker.
 GPU_LADDER: tuple[int, ...] = (1, 2, 4, 8, 16)

@@ -16,14 +16,14 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from .branches import Branch
-from .config import SmartSearchConfig
-from .evaluation import EvalRequest, Outcome
-from .fingerprint import canonical_json, fingerprint
-from .parallel import ParallelConfig
-from .projection import ProjectionRecord, latent_params, project, study_params
-from .sample import unroll_sample
-from .study import Study, TrialRecord
+from spica_core.space.branches import Branch
+from spica_core.config.model import SmartSearchConfig
+from spica_core.evaluate.evaluator import EvalRequest, Outcome
+from spica_core.run.fingerprint import canonical_json, fingerprint
+from spica_core.space.parallel import ParallelConfig
+from spica_core.space.projection import ProjectionRecord, latent_params, project, study_params
+from spica_core.evaluate.candidate import unroll_sample
+from spica_core.search.study import Study, TrialRecord
 
 ATTEMPT_CAP_FACTOR = 11  # "requested batch + at most 10× replacements" (§6.2)
 SCALAR_METRIC = "objective"
@@ -419,7 +419,7 @@ def candidates_from_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, An
 
 def merge(rows: Sequence[Mapping[str, Any]], config: SmartSearchConfig) -> list[dict[str, Any]]:
     """One ranking across branches and backends, or the non-dominated front (§4.3, §4.5)."""
-    from .goals import pareto_front, rank
+    from spica_core.evaluate.scoring import pareto_front, rank
 
     candidates = candidates_from_rows(rows)
     if config.goal.is_pareto:

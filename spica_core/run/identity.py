@@ -13,8 +13,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from .config import SmartSearchConfig
-from .fingerprint import canonical_json, file_fingerprint, fingerprint
+from spica_core.config.model import SmartSearchConfig
+from spica_core.run.fingerprint import canonical_json, file_fingerprint, fingerprint
 
 ENGINE_PACKAGES = ("ai-dynamo-runtime", "aiconfigurator-core", "google-vizier", "prefect")
 

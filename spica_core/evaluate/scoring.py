@@ -10,8 +10,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from .config import GOODPUT_TARGETS, MINIMIZED_TARGETS, OptimizationGoal, OptimizationTarget
-from .errors import SpicaError
+from spica_core.config.model import GOODPUT_TARGETS, MINIMIZED_TARGETS, OptimizationGoal, OptimizationTarget
+from spica_core.errors import SpicaError
 
 T = TypeVar("T")
 

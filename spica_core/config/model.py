@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from .choices import (
+from spica_core.config.knobs import (
     COMPOSITE_DICT_KEYS,
     COMPOSITE_PRESETS,
     COMPOSITE_REQUIRED_KEYS,
@@ -34,7 +34,7 @@ from .choices import (
     SEARCH_CHOICES,
     decode_composite,
 )
-from .errors import ConfigError, FieldError, Issue
+from spica_core.errors import ConfigError, FieldError, Issue
 
 
 class _Model(BaseModel):

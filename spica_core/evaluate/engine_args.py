@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import SpicaError
-from .hardware import model_facts
-from .parallel import Shape
-from .profiles import EngineShape, kv_blocks_per_rank, profile_path, timing_model
-from .sample import parallel_from_sample, roles_of
+from spica_core.errors import SpicaError
+from spica_core.space.facts import model_facts
+from spica_core.space.parallel import Shape
+from spica_core.evaluate.profiles import EngineShape, kv_blocks_per_rank, profile_path, timing_model
+from spica_core.evaluate.candidate import parallel_from_sample, roles_of
 
 os.environ.setdefault("DYN_LOG", "error")
 

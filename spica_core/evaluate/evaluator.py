@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Literal
 
-from .config import OptimizationGoal, SmartSearchConfig, Workload
-from .errors import SpicaError
+from spica_core.config.model import OptimizationGoal, SmartSearchConfig, Workload
+from spica_core.errors import SpicaError
 
 os.environ.setdefault("DYN_LOG", "error")
 
@@ -77,14 +77,14 @@ class Outcome:
 
 def _prepare(req: EvalRequest, timings: dict[str, float]) -> tuple[dict[str, Any], Any, Any]:
     """Sample completion, engine args and the replay spec; raises SpicaError subclasses on bad candidates."""
-    from .engine_args import build_engine_args, router_kwargs
-    from .goals import is_feasible, sla_kwargs
-    from .hardware import backend_version
-    from .planner import make_policy
-    from .policies import planner_target
-    from .replay import ReplaySpec
-    from .sample import add_run_fields
-    from .workload import replay_workload, resolve_kv_load
+    from spica_core.evaluate.engine_args import build_engine_args, router_kwargs
+    from spica_core.evaluate.scoring import is_feasible, sla_kwargs
+    from spica_core.space.facts import backend_version
+    from spica_core.planner.policy import make_policy
+    from spica_core.config.policies import planner_target
+    from spica_core.evaluate.replay import ReplaySpec
+    from spica_core.evaluate.candidate import add_run_fields
+    from spica_core.evaluate.workload import replay_workload, resolve_kv_load
 
     t0 = time.perf_counter()
     sample = dict(req.sample)
@@ -122,10 +122,10 @@ class _OverBudget(SpicaError):
 
 def evaluate_one(req: EvalRequest) -> Outcome:
     """Evaluate one candidate in this process; never raises for a bad candidate."""
-    from .engine_args import InfeasibleKVCapacity, RejectedEngineArgs
-    from .goals import GoodputContractViolation, candidate_metrics, objective_vector, score_report
-    from .planner import PlannerConfigError
-    from .replay import run_replay
+    from spica_core.evaluate.engine_args import InfeasibleKVCapacity, RejectedEngineArgs
+    from spica_core.evaluate.scoring import GoodputContractViolation, candidate_metrics, objective_vector, score_report
+    from spica_core.planner.policy import PlannerConfigError
+    from spica_core.evaluate.replay import run_replay
 
     timings: dict[str, float] = {}
     start = time.perf_counter()
@@ -178,7 +178,8 @@ def _worker_main(conn: Connection) -> None:
     os.environ.setdefault("DYN_LOG", "error")
     import dynamo._core  # noqa: F401 - warm the runtime before the first deadline starts
 
-    from . import engine_args, planner, replay  # noqa: F401
+    from spica_core.evaluate import engine_args, replay  # noqa: F401
+    from spica_core.planner import policy  # noqa: F401
 
     conn.send(("ready", os.getpid()))
     while True:
@@ -357,7 +358,7 @@ def make_evaluator(parallel_evals: int, max_eval_seconds: float | None) -> EvalP
 
 def headline(outcome: Outcome) -> dict[str, Any]:
     """The numbers a person reads first: throughput, per GPU/user, latencies, goodput, hit rate, cost."""
-    from .goals import avg_gpu
+    from spica_core.evaluate.scoring import avg_gpu
 
     r: Mapping[str, Any] = outcome.report
     out: dict[str, Any] = {}

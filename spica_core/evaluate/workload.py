@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .config import Workload
-from .engine_args import InfeasibleKVCapacity
-from .hardware import kv_tokens_per_rank
-from .sample import parallel_from_sample, roles_of
-from .traces import TRACE_BLOCK_SIZE
+from spica_core.config.model import Workload
+from spica_core.evaluate.engine_args import InfeasibleKVCapacity
+from spica_core.space.facts import kv_tokens_per_rank
+from spica_core.evaluate.candidate import parallel_from_sample, roles_of
+from spica_core.evaluate.traces import TRACE_BLOCK_SIZE
 
 
 @dataclass(frozen=True)

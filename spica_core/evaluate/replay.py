@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine_args import RoleArgs
-from .workload import ReplayWorkload
+from spica_core.evaluate.engine_args import RoleArgs
+from spica_core.evaluate.workload import ReplayWorkload
 
 os.environ.setdefault("DYN_LOG", "error")
 

@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
 
-from .choices import (
+from spica_core.config.knobs import (
     CACHE_HIT_KNOBS,
     COMPOSITE_PRESETS,
     ENGINE_KNOBS,
@@ -28,14 +28,14 @@ from .choices import (
     KV_ROUTER_KNOBS,
     PLANNER_DETAIL_KNOBS,
 )
-from .config import DisaggParallel, ParallelShape, SmartSearchConfig
-from .enumeration import config_rejection, configs_from_shapes, sort_configs, strategies, worker_shapes
-from .errors import NoViableParallelConfig
-from .hardware import ModelFacts, SystemFacts, model_facts, system_facts
-from .kv import ShapeKV, max_seq_len, no_viable_message, shape_kv
-from .params import Param
-from .policies import scaling_flags
-from .parallel import Mode, ParallelConfig, RoleConfig, Shape
+from spica_core.config.model import DisaggParallel, ParallelShape, SmartSearchConfig
+from spica_core.space.enumeration import config_rejection, configs_from_shapes, sort_configs, strategies, worker_shapes
+from spica_core.errors import NoViableParallelConfig
+from spica_core.space.facts import ModelFacts, SystemFacts, model_facts, system_facts
+from spica_core.space.kv import ShapeKV, max_seq_len, no_viable_message, shape_kv
+from spica_core.space.params import Param
+from spica_core.config.policies import scaling_flags
+from spica_core.space.parallel import Mode, ParallelConfig, RoleConfig, Shape
 
 log = logging.getLogger(__name__)
 

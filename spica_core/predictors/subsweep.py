@@ -25,10 +25,10 @@ import numpy as np
 import pyarrow as pa
 from threadpoolctl import threadpool_limits
 
-from . import traces
-from .choices import PREDICTOR_FAMILIES, decode_composite, entry_label, predictor_fields
-from .config import SmartSearchConfig
-from .policies import throughput_intervals
+from spica_core.evaluate import traces
+from spica_core.config.knobs import PREDICTOR_FAMILIES, decode_composite, entry_label, predictor_fields
+from spica_core.config.model import SmartSearchConfig
+from spica_core.config.policies import throughput_intervals
 
 # Reasons (§8.1). The swept reason gets "; no_winner_fallback_constant_last@[…]" when some
 # interval had no finite loss.

@@ -22,7 +22,7 @@ from typing import Any, Final, Iterable, Literal, Sequence
 
 import numpy as np
 
-from .params import Param
+from spica_core.space.params import Param
 
 ALGORITHMS: Final = ("DEFAULT", "GAUSSIAN_PROCESS_BANDIT", "RANDOM_SEARCH", "QUASI_RANDOM_SEARCH")
 GP_ALGORITHMS: Final = frozenset({"DEFAULT", "GAUSSIAN_PROCESS_BANDIT"})

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from .errors import NoPerfDatabase, UnknownModel, UnknownSystem
-from .parallel import Shape
+from spica_core.errors import NoPerfDatabase, UnknownModel, UnknownSystem
+from spica_core.space.parallel import Shape
 
 _AIC_LOGGERS = ("aiconfigurator_core", "aiconfigurator")
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .choices import decode_composite
-from .config import GOODPUT_TARGETS, OptimizationGoal, OptimizationTarget, SmartSearchConfig
-from .errors import SpicaError
+from spica_core.config.knobs import decode_composite
+from spica_core.config.model import GOODPUT_TARGETS, OptimizationGoal, OptimizationTarget, SmartSearchConfig
+from spica_core.errors import SpicaError
 
 PolicyEntry = str | dict[str, Any]
 
