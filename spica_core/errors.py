@@ -44,17 +44,41 @@ class FieldError(ValueError):
         self.has_value = has_value
 
 
-class NoPerfDatabase(SpicaError):
+class NoPerfDatabaseError(SpicaError):
     """aiconfigurator-core has no performance data for this (SKU, backend)."""
 
 
-class NoViableParallelConfig(SpicaError):
+class NoViableParallelConfigError(SpicaError):
     """No parallel configuration is legal and KV-feasible within the GPU budget."""
 
 
-class UnknownModel(SpicaError):
+class UnknownModelError(SpicaError):
     """The model id is not bundled with aiconfigurator-core and is not a local folder."""
 
 
-class UnknownSystem(SpicaError):
+class UnknownSystemError(SpicaError):
     """The hardware SKU is not an aiconfigurator-core system."""
+
+
+class InfeasibleKVCapacityError(SpicaError):
+    """The candidate's shape or batching leaves no KV cache (reported infeasible, never replayed)."""
+
+
+class OverBudgetError(SpicaError):
+    """The candidate uses more GPUs than ``gpu_budget`` (reported infeasible, never replayed)."""
+
+
+class RejectedEngineArgsError(SpicaError):
+    """The runtime's normaliser rejected a payload; the message is the runtime's."""
+
+
+class PlannerConfigError(SpicaError):
+    """The candidate's planner fields are not a valid planner configuration (Dynamo's PlannerConfig rules)."""
+
+
+class GoodputContractError(SpicaError):
+    """A goodput objective was asked for but the report carries no goodput (never fall back to latency)."""
+
+
+class RunDirError(SpicaError):
+    """The run folder cannot hold this run (another run's artifacts, or not a folder)."""

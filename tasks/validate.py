@@ -7,6 +7,7 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from spica_core.errors import RunDirError
 from spica_core.run.catalog import RunDir
 from spica_core.config.model import SmartSearchConfig
 from spica_core.config.policies import PolicyFilter, filter_for_goal, with_policies
@@ -38,7 +39,7 @@ def validate_config(config_path: str, runs_root: str | None = None, run_dir: str
     identity = identify(config, trace)
     rd = RunDir(run_dir) if run_dir else RunDir.for_run(identity.run_id, runs_root)
     if rd.has("config") and rd.rows("config")[0]["run_id"] != identity.run_id:
-        raise FileExistsError(f"{rd.path} holds a different run ({rd.rows('config')[0]['run_id']}); "
+        raise RunDirError(f"{rd.path} holds a different run ({rd.rows('config')[0]['run_id']}); "
                               "choose another --run-dir")
     policies = filter_for_goal(config)
     if policies.dropped:

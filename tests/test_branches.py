@@ -13,7 +13,7 @@ from spica_core.space.branches import (
     legal_space,
 )
 from spica_core.config.model import SmartSearchConfig
-from spica_core.errors import NoViableParallelConfig, UnknownModel, UnknownSystem
+from spica_core.errors import NoViableParallelConfigError, UnknownModelError, UnknownSystemError
 from spica_core.space.parallel import ParallelConfig, RoleConfig, Shape
 
 ALL = ["vllm", "sglang", "trtllm"]
@@ -128,7 +128,7 @@ def test_dsv3_records_and_legal_rows(dsv3: BranchSet) -> None:
 
 
 def test_model_too_large_for_the_budget() -> None:
-    with pytest.raises(NoViableParallelConfig) as err:
+    with pytest.raises(NoViableParallelConfigError) as err:
         enumerate_branches(make("deepseek-ai/DeepSeek-V3", 4))
     text = str(err.value)
     assert "no deployment mode is viable" in text and "no KV budget" in text
@@ -138,10 +138,10 @@ def test_model_too_large_for_the_budget() -> None:
 
 
 def test_unknown_sku_and_model() -> None:
-    with pytest.raises(UnknownSystem, match="h200_sxm"):
+    with pytest.raises(UnknownSystemError, match="h200_sxm"):
         enumerate_branches(SmartSearchConfig.from_dict({
             "search_space": {"model_name": "Qwen/Qwen3-32B", "hardware_sku": "h20"}, "workload": WORKLOAD}))
-    with pytest.raises(UnknownModel):
+    with pytest.raises(UnknownModelError):
         enumerate_branches(make("Qwen/Qwen9-1T"))
 
 
@@ -150,13 +150,13 @@ def test_mode_without_viable_backend_is_skipped_with_a_warning() -> None:
     assert [b.mode for b in bs.branches] == ["agg"]
     assert any("disagg skipped" in w for w in bs.warnings)
     assert ("disagg", None) in {(d.mode, d.backend) for d in bs.dropped}
-    with pytest.raises(NoViableParallelConfig, match="no deployment mode is viable"):
+    with pytest.raises(NoViableParallelConfigError, match="no deployment mode is viable"):
         enumerate_branches(make(backends=["trtllm"], deployment_mode=["disagg"]))
 
 
 def test_pinned_illegal_config_fails_before_any_estimate() -> None:
     config = make(deployment_mode=["agg"], parallel_configs=[{"tp": 3}])
-    with pytest.raises(NoViableParallelConfig) as err:
+    with pytest.raises(NoViableParallelConfigError) as err:
         legal_space(config)
     text = str(err.value)
     assert '"tp": 3' in text and "not in [1, 2, 4, 8, 16]" in text
@@ -166,7 +166,7 @@ def test_pinned_illegal_config_fails_before_any_estimate() -> None:
 def test_pinned_mixed_moe_shape_is_illegal() -> None:
     config = make("deepseek-ai/DeepSeek-V3", 32, deployment_mode=["agg"],
                   parallel_configs=[{"tp": 2, "attention_dp": 4, "moe_ep": 8}])
-    with pytest.raises(NoViableParallelConfig, match="pure MoE patterns"):
+    with pytest.raises(NoViableParallelConfigError, match="pure MoE patterns"):
         legal_space(config)
 
 
@@ -174,7 +174,7 @@ def test_pinned_kv_infeasible_config_fails_with_the_estimator_reason() -> None:
     config = make("deepseek-ai/DeepSeek-V3", 32, deployment_mode=["agg"],
                   parallel_configs=[{"tp": 4, "moe_ep": 4, "replicas": 2}])
     legal_space(config)  # legal by the enumeration rules
-    with pytest.raises(NoViableParallelConfig, match="no KV budget"):
+    with pytest.raises(NoViableParallelConfigError, match="no KV budget"):
         enumerate_branches(config)
 
 
@@ -293,7 +293,7 @@ def test_kv_filter_task_writes_shapes_even_when_nothing_fits(tmp_path: Any) -> N
 
     run = RunDir(tmp_path)
     space = enumerate_branches_task.fn(make("deepseek-ai/DeepSeek-V3", 4, deployment_mode=["agg"]), run)
-    with pytest.raises(NoViableParallelConfig):
+    with pytest.raises(NoViableParallelConfigError):
         kv_filter_task.fn(space, run)
     rows = run.rows("shapes")
     assert rows and not any(r["feasible"] for r in rows) and rows[0]["kv_tokens_per_rank"] is None

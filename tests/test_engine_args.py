@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 
 from spica_core.config.model import SmartSearchConfig, Workload
+from spica_core.errors import InfeasibleKVCapacityError, RejectedEngineArgsError
 from spica_core.evaluate.engine_args import (
     KV_TRANSFER_GBPS_PER_GPU,
-    InfeasibleKVCapacity,
-    RejectedEngineArgs,
     build_engine_args,
     router_kwargs,
 )
@@ -129,12 +128,12 @@ def test_host_offload_maps_to_native_host_offload() -> None:
 
 def test_runtime_rejection_carries_the_runtime_message() -> None:
     s = make_sample(backend=["sglang"], num_g2_blocks=100, kv_bytes_per_token=262144)
-    with pytest.raises(RejectedEngineArgs, match="native_host_offload is supported only for backend=vllm"):
+    with pytest.raises(RejectedEngineArgsError, match="native_host_offload is supported only for backend=vllm"):
         build_engine_args(s)
 
 
 def test_shape_without_kv_budget_is_infeasible() -> None:
-    with pytest.raises(InfeasibleKVCapacity, match="no KV cache"):
+    with pytest.raises(InfeasibleKVCapacityError, match="no KV cache"):
         build_engine_args(make_sample(pc={"tp": 1}, agg_gpu_memory_utilization=0.3))
 
 
@@ -194,5 +193,5 @@ def test_kv_load_ratio_follows_the_capacity_formula(mode: str) -> None:
     assert out["concurrency"] == capacity // 4500
     assert resolve_kv_load(s, w, 0.0)["concurrency"] == 1
     assert resolve_kv_load(s, w, 0.5)["concurrency"] == (capacity // 4500) // 2
-    with pytest.raises(InfeasibleKVCapacity):
+    with pytest.raises(InfeasibleKVCapacityError):
         resolve_kv_load(s, wl(isl=10_000_000, osl=10, kv_load_ratio=1.0, num_request_ratio=1), 1.0)

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from spica_core.config.model import OptimizationGoal
+from spica_core.errors import GoodputContractError
 from spica_core.evaluate.scoring import (
-    GoodputContractViolation,
     avg_gpu,
     candidate_metrics,
     is_feasible,
@@ -60,10 +60,10 @@ def test_scores_are_signed_higher_is_better() -> None:
 
 def test_goodput_fails_closed_without_goodput_in_the_report() -> None:
     bad = {k: v for k, v in REPORT.items() if not k.startswith("goodput")}
-    with pytest.raises(GoodputContractViolation, match="contract"):
+    with pytest.raises(GoodputContractError, match="contract"):
         score_report(goal("goodput", sla=SLA), bad)
     pareto = goal("pareto", pareto_objectives=["throughput", "goodput_per_gpu"], sla=SLA)
-    with pytest.raises(GoodputContractViolation):
+    with pytest.raises(GoodputContractError):
         score_report(pareto, bad)
     assert score_report(goal("throughput"), bad) == 1000.0  # no goodput objective: fine
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from spica_core.errors import NoPerfDatabase, UnknownModel, UnknownSystem
+from spica_core.errors import NoPerfDatabaseError, UnknownModelError, UnknownSystemError
 from spica_core.space.facts import (
     backend_version,
     enable_wideep,
@@ -53,7 +53,7 @@ def test_gqa_moe_is_not_mla() -> None:
 
 
 def test_unknown_model_lists_ids_and_local_folder_hint() -> None:
-    with pytest.raises(UnknownModel) as err:
+    with pytest.raises(UnknownModelError) as err:
         model_facts("meta-llama/Llama-3.1-8B-Instruct")  # not bundled: would need a download
     text = str(err.value)
     assert "Qwen/Qwen3-32B" in text and "config.json" in text and "local folder" in text
@@ -72,7 +72,7 @@ def test_local_folder_with_config_json_works(tmp_path: Path) -> None:
                                                                      ref.max_context)
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(UnknownModel, match="no config.json"):
+    with pytest.raises(UnknownModelError, match="no config.json"):
         model_facts(str(empty))
     assert json.loads((folder / "config.json").read_text())["num_hidden_layers"] == 64
 
@@ -89,15 +89,15 @@ def test_h200_system_facts() -> None:
 def test_perf_db_coverage() -> None:
     assert system_facts("b60").backend_versions == {"vllm": "0.26.0"}
     assert system_facts("h100_pcie").backend_versions == {}  # spec yaml only: SOL mode
-    with pytest.raises(NoPerfDatabase, match="h100_pcie"):
+    with pytest.raises(NoPerfDatabaseError, match="h100_pcie"):
         backend_version("h100_pcie", "vllm")
-    with pytest.raises(NoPerfDatabase, match="backends with data on b60: vllm"):
+    with pytest.raises(NoPerfDatabaseError, match="backends with data on b60: vllm"):
         backend_version("b60", "sglang")
     assert backend_version("a100_sxm", "trtllm") == "1.0.0"
 
 
 def test_unknown_sku_lists_available() -> None:
-    with pytest.raises(UnknownSystem) as err:
+    with pytest.raises(UnknownSystemError) as err:
         system_facts("h300_sxm")
     assert "h200_sxm" in str(err.value) and "gb200" in str(err.value)
 

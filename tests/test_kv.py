@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from spica_core.space.enumeration import worker_shapes
-from spica_core.errors import NoPerfDatabase, NoViableParallelConfig
+from spica_core.errors import NoPerfDatabaseError, NoViableParallelConfigError
 from spica_core.space.kv import feasible_shapes, max_seq_len, parallel_configs_for, shape_kv
 from spica_core.space.parallel import Shape
 
@@ -72,9 +72,9 @@ def test_deepseek_v3_pattern_feasibility_per_backend(backend: str, shape: Shape,
 
 
 def test_no_perf_db_and_nothing_feasible() -> None:
-    with pytest.raises(NoPerfDatabase):
+    with pytest.raises(NoPerfDatabaseError):
         parallel_configs_for(QWEN, "h100_pcie", 8, "agg", "vllm")
-    with pytest.raises(NoViableParallelConfig) as err:
+    with pytest.raises(NoViableParallelConfigError) as err:
         parallel_configs_for(DSV3, "h200_sxm", 4, "agg", "vllm")
     text = str(err.value)
     assert "TEP4" in text and "no KV budget" in text and "gpu_budget" in text

@@ -11,7 +11,8 @@ from spica_core.config.model import SmartSearchConfig
 from spica_core.evaluate.evaluator import EvalRequest, evaluate_one
 from spica_core.space.facts import backend_version
 from spica_core.space.parallel import ParallelConfig, Shape
-from spica_core.planner.policy import Budget, PlannerConfigError, PlannerPolicy, PlannerSettings, RoleCapability
+from spica_core.errors import PlannerConfigError
+from spica_core.planner.policy import Budget, PlannerPolicy, PlannerSettings, RoleCapability
 from spica_core.evaluate.profiles import EngineShape, profile_path
 from spica_core.evaluate.candidate import unroll_sample
 from spica_core.evaluate.traces import write_sine_trace

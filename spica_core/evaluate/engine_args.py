@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spica_core.errors import SpicaError
+from spica_core.errors import InfeasibleKVCapacityError, RejectedEngineArgsError
 from spica_core.space.facts import model_facts
 from spica_core.space.parallel import Shape
 from spica_core.evaluate.profiles import EngineShape, kv_blocks_per_rank, profile_path, timing_model
@@ -28,13 +28,6 @@ KV_TRANSFER_GBPS_PER_GPU = float(os.environ.get("SPICA_KV_TRANSFER_GBPS_PER_GPU"
 
 WORKER_TYPES = {"agg": "aggregated", "prefill": "prefill", "decode": "decode"}
 
-
-class InfeasibleKVCapacity(SpicaError):
-    """The candidate's shape or batching leaves no KV cache (reported infeasible, never replayed)."""
-
-
-class RejectedEngineArgs(SpicaError):
-    """The runtime's normaliser rejected a payload; the message is the runtime's."""
 
 
 @dataclass(frozen=True)
@@ -110,13 +103,13 @@ def role_payload(sample: Mapping[str, Any], role: str, shape: Shape, *, num_gpu_
 
 
 def validate_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
-    """The runtime's normalised form; RejectedEngineArgs with the runtime's message on any schema error."""
+    """The runtime's normalised form; RejectedEngineArgsError with the runtime's message on any schema error."""
     import dynamo._core as dc
 
     try:
         return dict(dc._normalize_mocker_config(dict(payload)))
     except (ValueError, TypeError, RuntimeError) as exc:
-        raise RejectedEngineArgs(f"engine arguments rejected by the runtime: {exc}") from None
+        raise RejectedEngineArgsError(f"engine arguments rejected by the runtime: {exc}") from None
 
 
 def build_engine_args(sample: Mapping[str, Any], *, profile_dir: str | None = None,
@@ -124,7 +117,7 @@ def build_engine_args(sample: Mapping[str, Any], *, profile_dir: str | None = No
     """Role → RoleArgs for a flat sample carrying ``backend_version``.
 
     Builds (or reuses) each role's AIC profile and sizes its KV from the AIC memory model.
-    Raises InfeasibleKVCapacity when a role's shape has no KV budget, RejectedEngineArgs when the
+    Raises InfeasibleKVCapacityError when a role's shape has no KV budget, RejectedEngineArgsError when the
     runtime refuses a payload.
     """
     pc = parallel_from_sample(sample)
@@ -139,7 +132,7 @@ def build_engine_args(sample: Mapping[str, Any], *, profile_dir: str | None = No
                                     memory_fraction=float(sample[f"{role}_gpu_memory_utilization"]),
                                     nextn=sample.get("aic_nextn"))
         if blocks is None or blocks < 1:
-            raise InfeasibleKVCapacity(f"{role} shape {rc.shape.strategy}{rc.shape.gpus} "
+            raise InfeasibleKVCapacityError(f"{role} shape {rc.shape.strategy}{rc.shape.gpus} "
                                        f"(tp={rc.shape.tp}, dp={rc.shape.attention_dp}) leaves no KV cache for "
                                        f"{sample['model_name']} on {sample['hardware_sku']}")
         es = EngineShape.of(sample["model_name"], sample["hardware_sku"], sample["backend"], version, rc.shape,
@@ -165,5 +158,5 @@ def router_kwargs(sample: Mapping[str, Any]) -> dict[str, Any]:
 
 
 __all__ = ["RoleArgs", "build_engine_args", "role_payload", "validate_payload", "router_kwargs",
-           "kv_transfer_fields", "host_offload_fields", "InfeasibleKVCapacity", "RejectedEngineArgs",
+           "kv_transfer_fields", "host_offload_fields",
            "KV_TRANSFER_GBPS_PER_GPU"]

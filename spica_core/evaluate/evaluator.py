@@ -21,7 +21,10 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Literal
 
 from spica_core.config.model import OptimizationGoal, SmartSearchConfig, Workload
-from spica_core.errors import SpicaError
+from spica_core.errors import (
+    GoodputContractError, InfeasibleKVCapacityError, OverBudgetError, PlannerConfigError, RejectedEngineArgsError,
+    SpicaError,
+)
 
 os.environ.setdefault("DYN_LOG", "error")
 
@@ -102,7 +105,7 @@ def _prepare(req: EvalRequest, timings: dict[str, float]) -> tuple[dict[str, Any
     sample = add_run_fields(sample, backend_version=version, concurrency=concurrency, kv_load=kv_load)
     timings["resolve_s"] = time.perf_counter() - t0
     if not is_feasible(int(sample["used_gpus"]), int(sample["gpu_budget"])):
-        raise _OverBudget(f"over budget: {sample['used_gpus']} GPUs > gpu_budget {sample['gpu_budget']}")
+        raise OverBudgetError(f"over budget: {sample['used_gpus']} GPUs > gpu_budget {sample['gpu_budget']}")
     t1 = time.perf_counter()
     roles = build_engine_args(sample, profile_dir=req.profile_dir)
     timings["engine_args_s"] = time.perf_counter() - t1
@@ -116,15 +119,10 @@ def _prepare(req: EvalRequest, timings: dict[str, float]) -> tuple[dict[str, Any
     return sample, spec, policy
 
 
-class _OverBudget(SpicaError):
-    pass
-
 
 def evaluate_one(req: EvalRequest) -> Outcome:
     """Evaluate one candidate in this process; never raises for a bad candidate."""
-    from spica_core.evaluate.engine_args import InfeasibleKVCapacity, RejectedEngineArgs
-    from spica_core.evaluate.scoring import GoodputContractViolation, candidate_metrics, objective_vector, score_report
-    from spica_core.planner.policy import PlannerConfigError
+    from spica_core.evaluate.scoring import candidate_metrics, objective_vector, score_report
     from spica_core.evaluate.replay import run_replay
 
     timings: dict[str, float] = {}
@@ -132,10 +130,10 @@ def evaluate_one(req: EvalRequest) -> Outcome:
     sample = dict(req.sample)
     try:
         sample, spec, policy = _prepare(req, timings)
-    except (_OverBudget, InfeasibleKVCapacity) as exc:
+    except (OverBudgetError, InfeasibleKVCapacityError) as exc:
         timings["total_s"] = time.perf_counter() - start
         return Outcome("infeasible", str(exc), sample=sample, timings=timings, eval_id=req.eval_id)
-    except (RejectedEngineArgs, PlannerConfigError, SpicaError) as exc:
+    except (RejectedEngineArgsError, PlannerConfigError, SpicaError) as exc:
         timings["total_s"] = time.perf_counter() - start
         return Outcome("failed", str(exc), sample=sample, timings=timings, eval_id=req.eval_id)
     except Exception as exc:  # noqa: BLE001 - a candidate-build bug must not stop a sweep
@@ -158,7 +156,7 @@ def evaluate_one(req: EvalRequest) -> Outcome:
                    "lifecycle_operations": len(result["lifecycle_operations"])}
     try:
         score = score_report(req.goal, report)
-    except GoodputContractViolation as exc:
+    except GoodputContractError as exc:
         timings["total_s"] = time.perf_counter() - start
         return Outcome("failed", str(exc), metrics=candidate_metrics(report), sample=sample, timings=timings,
                        report=report, planner=planner, eval_id=req.eval_id)

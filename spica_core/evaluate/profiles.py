@@ -111,8 +111,8 @@ def step_engine(es: EngineShape) -> tuple[Any, Any]:
         apply_nextn(mc, es.nextn)
     db = get_database_view(es.system, es.backend, es.backend_version)
     if db is None:
-        from spica_core.errors import NoPerfDatabase
-        raise NoPerfDatabase(f"aiconfigurator-core has no perf database for {es.backend} "
+        from spica_core.errors import NoPerfDatabaseError
+        raise NoPerfDatabaseError(f"aiconfigurator-core has no perf database for {es.backend} "
                              f"{es.backend_version} on {es.system}")
     resolve_context_fmha_by_data(mc, es.model, db, es.backend, is_context_role=True)
     resolve_nvfp4_for_system(mc, es.system, es.model, backend_name=es.backend)

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from spica_core.config.model import GOODPUT_TARGETS, MINIMIZED_TARGETS, OptimizationGoal, OptimizationTarget
-from spica_core.errors import SpicaError
+from spica_core.errors import GoodputContractError
 
 T = TypeVar("T")
 
@@ -20,9 +20,6 @@ METRIC_KEYS = ("output_throughput_tok_s", "mean_ttft_ms", "mean_tpot_ms", "mean_
                "mean_output_token_throughput_per_user", "goodput_output_throughput_tok_s", "gpu_hours",
                "duration_ms", "planner_total_ticks")
 
-
-class GoodputContractViolation(SpicaError):
-    """A goodput objective was asked for but the report carries no goodput (never fall back to latency)."""
 
 
 def _num(report: Mapping[str, Any], key: str, default: float = 0.0) -> float:
@@ -73,7 +70,7 @@ def signed(target: OptimizationTarget | str, value: float) -> float:
 def check_goodput_contract(goal: OptimizationGoal, report: Mapping[str, Any]) -> None:
     """§4.3 fail-closed: a goodput objective needs goodput_output_throughput_tok_s in the report."""
     if GOODPUT_TARGETS & set(goal.objectives) and report.get("goodput_output_throughput_tok_s") is None:
-        raise GoodputContractViolation("runner contract violation: the goal needs goodput but the replay report "
+        raise GoodputContractError("runner contract violation: the goal needs goodput but the replay report "
                                        "has no goodput_output_throughput_tok_s (was the SLA passed?)")
 
 
@@ -160,4 +157,4 @@ def pareto_front(candidates: Iterable[T], objectives: Sequence[OptimizationTarge
 
 __all__ = ["avg_gpu", "metric_value", "signed", "objective_vector", "score_report", "is_feasible", "sla_kwargs",
            "check_goodput_contract", "candidate_metrics", "rank", "pareto_front", "dominates",
-           "GoodputContractViolation", "METRIC_KEYS"]
+           "METRIC_KEYS"]

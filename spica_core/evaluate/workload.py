@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spica_core.config.model import Workload
-from spica_core.evaluate.engine_args import InfeasibleKVCapacity
+from spica_core.errors import InfeasibleKVCapacityError
 from spica_core.space.facts import kv_tokens_per_rank
 from spica_core.evaluate.candidate import parallel_from_sample, roles_of
 from spica_core.evaluate.traces import TRACE_BLOCK_SIZE
@@ -97,7 +97,7 @@ def role_kv_capacity_tokens(sample: Mapping[str, Any], role: str) -> int:
                                 memory_fraction=float(sample[f"{role}_gpu_memory_utilization"]),
                                 nextn=sample.get("aic_nextn"))
     if tokens is None:
-        raise InfeasibleKVCapacity(f"{role} shape has no KV budget for {sample['model_name']} on "
+        raise InfeasibleKVCapacityError(f"{role} shape has no KV budget for {sample['model_name']} on "
                                    f"{sample['hardware_sku']} ({sample['backend']})")
     usable = (int(tokens) // block) * block
     return usable * rc.shape.attention_dp * rc.replicas
@@ -119,7 +119,7 @@ def resolve_kv_load(sample: Mapping[str, Any], workload: Workload, ratio: float)
     capacity = caps[load_role]
     capacity_concurrency = capacity // tokens_per_request
     if capacity_concurrency < 1:
-        raise InfeasibleKVCapacity(f"{load_role} KV capacity {capacity} tokens cannot hold one request of "
+        raise InfeasibleKVCapacityError(f"{load_role} KV capacity {capacity} tokens cannot hold one request of "
                                    f"{tokens_per_request} tokens (isl + osl/2)")
     out["kv_load_capacity_tokens"] = capacity
     out["kv_load_concurrency_capacity"] = capacity_concurrency

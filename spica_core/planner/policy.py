@@ -27,16 +27,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from spica_core.errors import SpicaError
+from spica_core.errors import PlannerConfigError
 from spica_core.evaluate.profiles import StepTimes
 
 MAX_THROUGHPUT_SCALING_REPLICAS = 8
 MAX_KV_HIT_RATE = 0.95
 _NOT_READY = object()  # an sla role whose pass model has not seen load_min_observations busy passes
 
-
-class PlannerConfigError(SpicaError):
-    """The candidate's planner fields are not a valid planner configuration (Dynamo's PlannerConfig rules)."""
 
 
 class Predictor(Protocol):
@@ -840,4 +837,4 @@ def make_policy(sample: Mapping[str, Any], roles: Mapping[str, Any], optimizatio
 
 
 __all__ = ["PlannerSettings", "RoleCapability", "PlannerPolicy", "PassModel", "Budget", "make_policy",
-           "merge_traffic", "PlannerConfigError"]
+           "merge_traffic"]

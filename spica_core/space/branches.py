@@ -30,7 +30,7 @@ from spica_core.config.knobs import (
 )
 from spica_core.config.model import DisaggParallel, ParallelShape, SmartSearchConfig
 from spica_core.space.enumeration import config_rejection, configs_from_shapes, sort_configs, strategies, worker_shapes
-from spica_core.errors import NoViableParallelConfig
+from spica_core.errors import NoViableParallelConfigError
 from spica_core.space.facts import ModelFacts, SystemFacts, model_facts, system_facts
 from spica_core.space.kv import ShapeKV, max_seq_len, no_viable_message, shape_kv
 from spica_core.space.params import Param
@@ -148,7 +148,7 @@ class LegalSpace:
 def legal_space(config: SmartSearchConfig) -> LegalSpace:
     """Stage 1: facts, replay and perf-DB viability, legal configs per (mode, backend).
 
-    Raises UnknownModel / UnknownSystem, and NoViableParallelConfig for a pinned config that
+    Raises UnknownModelError / UnknownSystemError, and NoViableParallelConfigError for a pinned config that
     breaks the enumeration rules on every backend (before any memory estimate or replay).
     """
     ss = config.search_space
@@ -188,7 +188,7 @@ def legal_space(config: SmartSearchConfig) -> LegalSpace:
     space = LegalSpace(config, model, system, seq, pins, tuple(spaces))
     for pc in pins:
         if all(sp.pin_reasons.get(pc) for sp in space.spaces):
-            raise NoViableParallelConfig(_pin_error(pc, space.spaces))
+            raise NoViableParallelConfigError(_pin_error(pc, space.spaces))
     return space
 
 
@@ -348,7 +348,7 @@ def kv_filter(space: LegalSpace, records: Mapping[tuple[str, Shape], ShapeKV] | 
     """Stage 2: KV-filter every legal config, drop empty backends and modes, build the branches.
 
     ``records`` (from :func:`estimate_shapes`) may be passed to avoid estimating twice. Raises
-    NoViableParallelConfig when a pin is feasible for no backend or no mode survives.
+    NoViableParallelConfigError when a pin is feasible for no backend or no mode survives.
     """
     config = space.config
     ss = config.search_space
@@ -404,10 +404,10 @@ def kv_filter(space: LegalSpace, records: Mapping[tuple[str, Shape], ShapeKV] | 
     for pc in space.pins:
         legal_somewhere = any(pc in b.supported_backends for b in branches)
         if not legal_somewhere:
-            raise NoViableParallelConfig(_pin_error(pc, space.spaces, pin_kv_reasons[pc]))
+            raise NoViableParallelConfigError(_pin_error(pc, space.spaces, pin_kv_reasons[pc]))
     if not branches:
         why = "; ".join(f"{d.mode}/{d.backend}: {d.reason}" for d in dropped if d.backend is not None)
-        raise NoViableParallelConfig(f"no deployment mode is viable for {ss.model_name} on {ss.gpu_budget} × "
+        raise NoViableParallelConfigError(f"no deployment mode is viable for {ss.model_name} on {ss.gpu_budget} × "
                                      f"{ss.hardware_sku}: {why}")
     shape_records = tuple(ordered_records(records, ss.backend))
     return BranchSet(tuple(branches), tuple(dropped), tuple(warnings), shape_records,

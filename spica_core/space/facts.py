@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from spica_core.errors import NoPerfDatabase, UnknownModel, UnknownSystem
+from spica_core.errors import NoPerfDatabaseError, UnknownModelError, UnknownSystemError
 from spica_core.space.parallel import Shape
 
 _AIC_LOGGERS = ("aiconfigurator_core", "aiconfigurator")
@@ -61,10 +61,10 @@ def _is_local_model(name: str) -> bool:
     return os.path.isdir(name) and os.path.isfile(os.path.join(name, "config.json"))
 
 
-def _unknown_model(name: str, why: str) -> UnknownModel:
+def _unknown_model(name: str, why: str) -> UnknownModelError:
     ids = bundled_models()
     shown = ", ".join(ids[:15])
-    return UnknownModel(
+    return UnknownModelError(
         f"unknown model {name!r}: {why}. aiconfigurator-core loads {len(ids)} bundled ids offline "
         f"(e.g. {shown}, ...); spell the id exactly, or point model_name at a local folder that "
         f"holds the model's config.json (and optionally hf_quant_config.json)."
@@ -157,7 +157,7 @@ def system_facts(sku: str) -> SystemFacts:
     spec: dict[str, Any] = load_system_spec(sku) if sku in known_systems() else {}
     if not spec:
         with_data = sorted(_supported_databases())
-        raise UnknownSystem(
+        raise UnknownSystemError(
             f"unknown hardware_sku {sku!r}; aiconfigurator-core systems: {', '.join(known_systems())} "
             f"(with perf data: {', '.join(with_data)})"
         )
@@ -183,7 +183,7 @@ def backend_version(sku: str, backend: str) -> str:
         return facts.backend_versions[backend]
     except KeyError:
         have = ", ".join(facts.backend_versions) or "none"
-        raise NoPerfDatabase(
+        raise NoPerfDatabaseError(
             f"aiconfigurator-core has no perf database for backend {backend!r} on {sku!r} "
             f"(backends with data on {sku}: {have})"
         ) from None
@@ -258,7 +258,7 @@ def kv_tokens_per_rank(
     """Per-rank KV capacity in tokens (AIC ``total_kv_size_tokens``), or None if the shape cannot hold the model.
 
     None only for the estimator's "no KV budget" and "Invalid quantized MoE configuration" errors;
-    anything else (a bug, a missing model) propagates. No perf DB raises NoPerfDatabase. Cached.
+    anything else (a bug, a missing model) propagates. No perf DB raises NoPerfDatabaseError. Cached.
     """
     return kv_estimate(model_name, sku, backend, shape, max_num_tokens=max_num_tokens,
                        max_batch_size=max_batch_size, memory_fraction=memory_fraction, nextn=nextn)[0]

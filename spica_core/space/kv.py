@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from spica_core.space.enumeration import configs_from_shapes, worker_shapes
-from spica_core.errors import NoViableParallelConfig
+from spica_core.errors import NoViableParallelConfigError
 from spica_core.space.facts import backend_version, kv_estimate, model_facts
 from spica_core.space.parallel import Mode, ParallelConfig, Shape
 
@@ -49,7 +49,7 @@ def max_seq_len(model_name: str, context_length: int | None) -> int:
 
 
 def shape_kv(model_name: str, sku: str, backend: str, shape: Shape, seq_len: int) -> ShapeKV:
-    """Estimate one shape and say why it is (not) kept. NoPerfDatabase propagates."""
+    """Estimate one shape and say why it is (not) kept. NoPerfDatabaseError propagates."""
     version = backend_version(sku, backend)
     tokens, error = kv_estimate(model_name, sku, backend, shape, max_num_tokens=FILTER_MAX_NUM_TOKENS,
                                 max_batch_size=FILTER_MAX_BATCH_SIZE, memory_fraction=FILTER_MEMORY_FRACTION)
@@ -76,16 +76,16 @@ def parallel_configs_for(model_name: str, sku: str, gpu_budget: int, mode: Mode,
                          ) -> tuple[list[ParallelConfig], list[ShapeKV]]:
     """§2.12 end to end: legal, KV-feasible configs for one backend, plus the shape records.
 
-    Raises NoPerfDatabase (no data for the SKU/backend) or NoViableParallelConfig (nothing fits).
+    Raises NoPerfDatabaseError (no data for the SKU/backend) or NoViableParallelConfigError (nothing fits).
     """
     facts = model_facts(model_name)
     seq = seq_len if seq_len is not None else facts.max_context
-    backend_version(sku, backend)  # NoPerfDatabase before any estimate
+    backend_version(sku, backend)  # NoPerfDatabaseError before any estimate
     shapes = worker_shapes(facts.is_moe, gpu_budget, backend)
     kept, records = feasible_shapes(model_name, sku, backend, shapes, seq)
     configs = configs_from_shapes(mode, kept, gpu_budget, min_gpu_budget)
     if not configs:
-        raise NoViableParallelConfig(no_viable_message(model_name, sku, gpu_budget, mode, backend, records,
+        raise NoViableParallelConfigError(no_viable_message(model_name, sku, gpu_budget, mode, backend, records,
                                                        min_gpu_budget))
     return configs, records
 
