@@ -42,7 +42,7 @@ HEADLINE_ROWS = (
 
 def unpinned_knobs(config: Any) -> list[str]:
     """Knobs that apply to the single candidate (after §2.11 pruning) but still list several values."""
-    from spica_core.space.branches import branch_knob_choices
+    from spica_core.config.pruning import branch_knob_choices
     from spica_core.config.policies import scaling_flags
 
     space = config.search_space

@@ -1,7 +1,7 @@
 """Human summaries of a validated config (what ``spica validate`` prints)."""
 from __future__ import annotations
 
-from spica_core.space.branches import branch_knob_choices
+from spica_core.config.pruning import branch_knob_choices
 from spica_core.config.model import SmartSearchConfig
 from spica_core.config.policies import filter_for_goal, planner_target, with_policies
 

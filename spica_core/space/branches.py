@@ -20,21 +20,14 @@ from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
 
-from spica_core.config.knobs import (
-    CACHE_HIT_KNOBS,
-    COMPOSITE_PRESETS,
-    ENGINE_KNOBS,
-    INT_KNOBS,
-    KV_ROUTER_KNOBS,
-    PLANNER_DETAIL_KNOBS,
-)
+from spica_core.config.knobs import COMPOSITE_PRESETS, INT_KNOBS
 from spica_core.config.model import DisaggParallel, ParallelShape, SmartSearchConfig
 from spica_core.space.enumeration import config_rejection, configs_from_shapes, sort_configs, strategies, worker_shapes
 from spica_core.errors import NoViableParallelConfigError
 from spica_core.space.facts import ModelFacts, SystemFacts, model_facts, system_facts
 from spica_core.space.kv import ShapeKV, max_seq_len, no_viable_message, shape_kv
 from spica_core.space.params import Param
-from spica_core.config.policies import scaling_flags
+from spica_core.config.pruning import branch_knob_choices
 from spica_core.space.parallel import Mode, ParallelConfig, RoleConfig, Shape
 
 log = logging.getLogger(__name__)
@@ -291,34 +284,6 @@ class BranchSet:
         return shapes_table(self.shape_records)
 
 
-def branch_knob_choices(config: SmartSearchConfig, mode: str, backends: Sequence[str]
-                        ) -> tuple[dict[str, list[Any]], dict[str, tuple[float, float]]]:
-    """§2.11: the knobs this branch searches (with their choices), and its float ranges."""
-    ss = config.search_space
-    knobs: dict[str, list[Any]] = {"backend": list(backends)}
-    for name in ENGINE_KNOBS[mode]:                                   # rule 4
-        knobs[name] = list(getattr(ss, name))
-    knobs["router_mode"] = list(ss.router_mode)
-    if set(ss.router_mode) != {"round_robin"}:                        # rule 1
-        for name in KV_ROUTER_KNOBS:
-            knobs[name] = list(getattr(ss, name))
-        if ss.num_g2_blocks > 0:                                      # rule 2
-            for name in CACHE_HIT_KNOBS:
-                knobs[name] = list(getattr(ss, name))
-    policies = list(ss.planner_scaling_policy)
-    knobs["planner_scaling_policy"] = policies
-    if any(any(scaling_flags(entry)) for entry in policies):         # rule 3
-        for name in PLANNER_DETAIL_KNOBS:
-            knobs[name] = list(getattr(ss, name))
-    ranges: dict[str, tuple[float, float]] = {}
-    kv_range = config.workload.kv_load_range                          # rule 6
-    if kv_range is not None:
-        ranges["kv_load_ratio"] = (float(kv_range[0]), float(kv_range[1]))
-    elif config.workload.kv_load_ratio is not None:
-        knobs["kv_load_ratio"] = [float(config.workload.kv_load_ratio)]
-    return knobs, ranges
-
-
 def estimate_shapes(space: LegalSpace) -> dict[tuple[str, Shape], ShapeKV]:
     """§2.12 step 8 for every distinct (backend, shape) of a runnable (mode, backend) pair."""
     ss = space.config.search_space
@@ -422,6 +387,6 @@ def enumerate_branches(config: SmartSearchConfig) -> BranchSet:
 __all__ = [
     "Branch", "BranchSet", "BackendSpace", "LegalSpace", "Dropped", "legal_space", "kv_filter", "estimate_shapes",
     "ordered_records", "shapes_table",
-    "enumerate_branches", "branch_knob_choices", "pinned_configs", "config_json", "config_strategy",
+    "enumerate_branches", "pinned_configs", "config_json", "config_strategy",
     "engine_sizes", "BRANCHES_SCHEMA", "SHAPES_SCHEMA", "TRTLLM_DISAGG_REASON",
 ]
