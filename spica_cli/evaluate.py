@@ -69,9 +69,8 @@ def unpinned_knobs(config: Any) -> list[str]:
 def build_request(config: Any, config_path: str) -> Any:
     """The single candidate of a fully pinned config as an EvalRequest."""
     from spica_core.config.knobs import decode_composite
-    from spica_core.evaluate.evaluator import EvalRequest
+    from spica_core.evaluate import Candidate, EvalRequest
     from spica_core.space.parallel import ParallelConfig
-    from spica_core.evaluate.candidate import unroll_sample
 
     multi = unpinned_knobs(config)
     if multi:
@@ -83,10 +82,10 @@ def build_request(config: Any, config_path: str) -> Any:
     predictor = None
     flags = decode_composite("planner_scaling_policy", space.planner_scaling_policy[0])
     if flags["enable_throughput_scaling"]:
-        predictor = {flags["throughput_adjustment_interval_seconds"]: space.load_predictor_candidates[0]}
-    sample = unroll_sample(space, {"deployment_mode": mode}, pc, predictor)
+        predictor = {int(flags["throughput_adjustment_interval_seconds"]): space.load_predictor_candidates[0]}
+    candidate = Candidate.unroll(space, {"deployment_mode": mode}, pc, predictor)
     trace = config.trace_file(Path(config_path).parent)
-    return EvalRequest.from_config(config, sample, trace_file=str(trace) if trace else None, eval_id="evaluate")
+    return EvalRequest.from_config(config, candidate, trace_file=str(trace) if trace else None, eval_id="evaluate")
 
 
 def _fmt(value: Any) -> str:
@@ -98,16 +97,17 @@ def _fmt(value: Any) -> str:
 
 
 def render_text(outcome: Any, goal: Any) -> str:
-    from spica_core.evaluate.evaluator import headline
+    from spica_core.evaluate import headline
 
+    sample = outcome.candidate.to_sample()
     lines = ["candidate (flat sample):"]
-    width = max(len(k) for k in outcome.sample) if outcome.sample else 0
-    for key in sorted(outcome.sample):
-        lines.append(f"  {key:<{width}}  {outcome.sample[key]!r}")
+    width = max(len(k) for k in sample)
+    for key in sorted(sample):
+        lines.append(f"  {key:<{width}}  {sample[key]!r}")
     lines.append("")
-    lines.append(f"status: {outcome.status}" + (f" — {outcome.reason}" if outcome.reason else ""))
-    if outcome.status == "feasible":
-        head = headline(outcome)
+    lines.append(f"status: {outcome.status.value}" + (f" — {outcome.reason}" if outcome.reason else ""))
+    if outcome.feasible:
+        head = headline(outcome.report)
         lines.append("metrics:")
         for label, key, unit in HEADLINE_ROWS:
             if key in head:
@@ -124,10 +124,10 @@ def render_text(outcome: Any, goal: Any) -> str:
 
 
 def render_json(outcome: Any, goal: Any) -> str:
-    from spica_core.evaluate.evaluator import headline
+    from spica_core.evaluate import headline
 
-    body = {"status": outcome.status, "reason": outcome.reason, "sample": outcome.sample,
-            "metrics": headline(outcome) if outcome.status == "feasible" else {},
+    body = {"status": outcome.status.value, "reason": outcome.reason, "sample": outcome.candidate.to_sample(),
+            "metrics": headline(outcome.report) if outcome.feasible else {},
             "score": outcome.score, "objectives": outcome.objectives, "goal": goal.model_dump(mode="json"),
             "planner": {k: v for k, v in outcome.planner.items() if k != "decisions"} if outcome.planner else None,
             "timings": outcome.timings}
@@ -138,7 +138,7 @@ def evaluate_command(config_path: str, as_json: bool) -> int:
     """Evaluate the one candidate a pinned config describes; 0 feasible, 1 infeasible/failed, 2 user error."""
     os.environ.setdefault("DYN_LOG", "error")
     from spica_core.config.model import SmartSearchConfig
-    from spica_core.evaluate.evaluator import EvalPool, evaluate_one
+    from spica_core.evaluate import EvalPool, evaluate_one
 
     try:
         config = SmartSearchConfig.from_yaml(config_path)
@@ -152,7 +152,7 @@ def evaluate_command(config_path: str, as_json: bool) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     print(render_json(outcome, config.goal) if as_json else render_text(outcome, config.goal))
-    return EXIT_OK if outcome.status == "feasible" else EXIT_NOT_FEASIBLE
+    return EXIT_OK if outcome.feasible else EXIT_NOT_FEASIBLE
 
 
 __all__ = ["evaluate_command", "unpinned_knobs", "build_request", "render_text", "render_json"]

@@ -5,7 +5,8 @@ import json
 from typing import Any
 
 from spica_core.config.model import SmartSearchConfig
-from spica_core.search.rounds import Tally
+from spica_core.evaluate import Candidate
+from spica_core.search import SweepSummary
 
 TOP = 10
 
@@ -18,41 +19,36 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def knobs(sample: dict[str, Any]) -> str:
-    """Batching, router and planner of a sample, compactly (what tells two same-shape rows apart)."""
-    roles = ("agg",) if sample.get("deployment_mode") == "agg" else ("prefill", "decode")
-    batch = " ".join(f"{r[0].upper()}:{sample.get(f'{r}_max_num_seqs')}/{sample.get(f'{r}_max_num_batched_tokens')}"
-                     for r in roles)
-    router = "kv" if sample.get("router_mode") == "kv_router" else "rr"
-    if router == "kv":
-        router += f"({sample.get('overlap_score_credit')},{sample.get('prefill_load_scale')}," \
-                  f"{sample.get('router_temperature')})"
-    policy = sample.get("planner_scaling_policy")
-    planner = "" if policy in (None, "disabled") else f" {policy if isinstance(policy, str) else 'custom'}"
+def knobs(candidate: Candidate) -> str:
+    """Batching, router and planner of a candidate, compactly (what tells two same-shape rows apart)."""
+    batch = " ".join(f"{role[0].upper()}:{k.max_num_seqs}/{k.max_num_batched_tokens}"
+                     for role, k in candidate.engines.items())
+    r = candidate.router
+    router = f"kv({r.overlap_score_credit},{r.prefill_load_scale},{r.router_temperature})" if r.is_kv else "rr"
+    policy = candidate.planner.policy
+    planner = "" if policy == "disabled" else f" {policy if isinstance(policy, str) else 'custom'}"
     return f"{batch} {router}{planner}"
 
 
-def render_summary(summary: dict[str, Any]) -> str:
-    ranking: list[dict[str, Any]] = summary["ranking"]
-    tally: Tally = summary["tally"]
+def render_summary(summary: SweepSummary) -> str:
+    ranking = summary.ranking
+    tally = summary.tally
     lines: list[str] = []
-    if summary["pareto"]:
-        objs = summary["objectives"]
+    if summary.pareto:
+        objs = summary.objectives
         lines.append(f"Pareto front: {len(ranking)} non-dominated candidate(s), sorted by {objs[-1]}")
         header = ["#", "mode", "backend", "parallel", "GPUs", "concurrency", *objs]
-        table = [[str(r["rank"]), r["mode"], r["backend"], r["parallel"], str(r["used_gpus"]),
-                  _fmt(json.loads(r["sample_json"]).get("concurrency")),
-                  *(_fmt(json.loads(r["objectives_json"] or "{}").get(o)) for o in objs)] for r in ranking]
+        table = [[str(r.rank), r.mode, r.backend, r.parallel, str(r.used_gpus), _fmt(r.candidate.concurrency),
+                  *(_fmt((r.objectives or {}).get(o)) for o in objs)] for r in ranking]
     else:
         lines.append(f"Top {min(TOP, len(ranking))} of {len(ranking)} candidate(s) (score: higher is better)")
         header = ["#", "score", "mode", "backend", "parallel", "GPUs", "seqs/tokens router planner", "tok/s",
                   "TTFT ms", "TPOT ms"]
         table = []
         for r in ranking[:TOP]:
-            m = json.loads(r["metrics_json"])
-            table.append([str(r["rank"]), _fmt(r["score"]), r["mode"], r["backend"], r["parallel"],
-                          str(r["used_gpus"]), knobs(json.loads(r["sample_json"])),
-                          _fmt(m.get("output_throughput_tok_s")), _fmt(m.get("mean_ttft_ms")),
+            m = r.metrics
+            table.append([str(r.rank), _fmt(r.score), r.mode, r.backend, r.parallel, str(r.used_gpus),
+                          knobs(r.candidate), _fmt(m.get("output_throughput_tok_s")), _fmt(m.get("mean_ttft_ms")),
                           _fmt(m.get("mean_tpot_ms"))])
     widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h) for i, h in enumerate(header)]
     lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths)))
@@ -62,16 +58,15 @@ def render_summary(summary: dict[str, Any]) -> str:
                  f"{tally.failed} failed, {tally.unsupported} unsupported, {tally.cache_hits} cache hits")
     for reason, n in tally.top_reasons():
         lines.append(f"  {n} × {reason}")
-    lp = summary.get("load_predictor") or {}
-    if lp.get("winners"):
+    if summary.load_predictor_winners:
         winners = ", ".join(f"{interval} s → {w if isinstance(w, str) else json.dumps(w)}"
-                            for interval, w in sorted(lp["winners"].items()))
-        lines.append(f"load predictor ({lp['reason']}): {winners}")
-    for msg in summary["stalls"]:
+                            for interval, w in sorted(summary.load_predictor_winners.items()))
+        lines.append(f"load predictor ({summary.load_predictor_reason}): {winners}")
+    for msg in summary.stalls:
         lines.append(msg)
-    for msg in summary["warnings"]:
+    for msg in summary.warnings:
         lines.append(f"warning: {msg}")
-    lines.append(f"artifacts: {summary['run_dir']} (ranking.parquet, trials.parquet, ...)")
+    lines.append(f"artifacts: {summary.run_dir} (ranking.parquet, trials.parquet, ...)")
     return "\n".join(lines)
 
 
@@ -81,4 +76,4 @@ def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: i
 
     summary = sweep(config_path=config_path, runs_root=runs_root, run_dir=run_dir, seed=seed, show_progress=True)
     print(render_summary(summary))
-    return 0 if summary["ranking"] else 1
+    return 0 if summary.ranking else 1

@@ -4,9 +4,8 @@ from __future__ import annotations
 import math
 import sys
 import time
-from typing import Any
 
-from spica_core.search.rounds import is_evaluated_success
+from spica_core.search import Trial
 
 
 class SweepProgress:
@@ -23,16 +22,16 @@ class SweepProgress:
         self._last_draw = 0.0
         self._tty = sys.stderr.isatty()
 
-    def __call__(self, row: dict[str, Any]) -> None:
-        self.count(row)
+    def __call__(self, trial: Trial) -> None:
+        self.count(trial)
         self.draw()
 
-    def count(self, row: dict[str, Any]) -> None:
+    def count(self, trial: Trial) -> None:
         self.attempts += 1
-        if is_evaluated_success(row):
+        if trial.is_evaluated_success:
             self.done += 1
-            if row["score"] is not None and math.isfinite(row["score"]):
-                self.best = row["score"] if self.best is None else max(self.best, row["score"])
+            if trial.score is not None and math.isfinite(trial.score):
+                self.best = trial.score if self.best is None else max(self.best, trial.score)
 
     def draw(self, final: bool = False) -> None:
         if not self.enabled:

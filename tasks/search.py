@@ -1,71 +1,49 @@
-"""Stages 4–6: the load-predictor sub-sweep, one Vizier round of one branch, and rank / Pareto.
+"""Stages 5–6: one search round of one branch (``trials.parquet``) and rank / Pareto (``ranking.parquet``).
 
-Each task reads the run folder first: a stage whose artifact already holds its result is not
-recomputed, which is how a killed sweep resumes where it stopped.
+The round loop itself decides what a round still needs (``spica_core.search.run_round``); these
+tasks only read the run folder, call it, append what it evaluated and publish UI tables.
 """
 from __future__ import annotations
 
-import json
 from typing import Any, Callable
 
-import pyarrow as pa
 from prefect import task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.context import TaskRunContext
 
-from spica_core.run.catalog import RunDir
+from spica_core.evaluate import Evaluator
+from spica_core.run.catalog import CATALOG, RunDir
+from spica_core.run.fingerprint import file_fingerprint
+from spica_core.search import EvalCache, RankedCandidate, RoundResult, SearchContext, Trial, rank_trials, run_round
 from spica_core.space.branches import Branch
-from spica_core.predictors.subsweep import LOAD_PREDICTOR_SCHEMA, LoadPredictorResult, sweep_load_predictor
-from spica_core.search.rounds import (
-    RANKING_SCHEMA, TRIALS_SCHEMA, EvalCache, Evaluator, RoundResult, SearchContext, merge, ranking_rows,
-    round_complete, run_round, run_thorough_round, stored_round,
-)
 
 from tasks.validate import ValidatedRun
 
 
-@task(name="load-predictor sub-sweep", cache_policy=NO_CACHE, log_prints=True)
-def load_predictor_task(run: ValidatedRun) -> LoadPredictorResult:
-    rd = run.run_dir
-    if rd.has("load_predictor"):
-        return LoadPredictorResult.from_rows(rd.rows("load_predictor"))
-    result = sweep_load_predictor(run.search_config, run.trace_file, run.policies.kept)
-    rd.write("load_predictor", result.rows(), schema=LOAD_PREDICTOR_SCHEMA)
-    if result.best_by_interval:
-        winners = {k: v if isinstance(v, str) else json.dumps(v) for k, v in result.best_by_interval.items()}
-        print(f"load predictor ({result.reason}): {winners}")
-    return result
+def trials_fingerprint(context: SearchContext) -> str:
+    return CATALOG["trials"].fingerprint(context=context.key)
 
 
-def trial_rows(rd: RunDir) -> list[dict[str, Any]]:
-    return rd.rows("trials") if rd.has("trials") else []
+def stored_trials(rd: RunDir, context: SearchContext) -> list[Trial]:
+    """The run's trials so far, if they were searched in this context (else the search starts over)."""
+    if not rd.fresh("trials", trials_fingerprint(context)):
+        return []
+    return [Trial.from_row(r) for r in rd.rows("trials")]
 
 
-def append_trials(rd: RunDir, rows: list[dict[str, Any]]) -> None:
-    """Rewrite trials.parquet with the new rows appended (atomic: a crash keeps the old file)."""
-    rd.write("trials", trial_rows(rd) + rows, schema=TRIALS_SCHEMA)
-
-
-@task(name="vizier round", task_run_name="{branch.mode} round {round_no}", cache_policy=NO_CACHE)
+@task(name="search round", task_run_name="{branch.mode} round {round_no}", cache_policy=NO_CACHE)
 def round_task(run: ValidatedRun, branch: Branch, round_no: int, context: SearchContext, evaluator: Evaluator,
-               cache: EvalCache, on_result: Callable[[dict[str, Any]], None] | None = None) -> RoundResult:
-    """Suggest → project → evaluate (parallel) → observe; each ask's rows are appended to trials.parquet
+               cache: EvalCache, on_result: Callable[[Trial], None] | None = None) -> RoundResult:
+    """Suggest → project → evaluate (parallel) → observe; each ask's trials are appended to trials.parquet
     as soon as they are evaluated, so an interrupted round resumes without repeating evaluations."""
-    rows = trial_rows(run.run_dir)
-    this_round = [r for r in rows if r["mode"] == branch.mode and r["round"] == round_no]
-    sweep = context.config.sweep
-    thorough = sweep.policy.value == "thorough"
-    if this_round and (thorough or round_complete(this_round, sweep.per_round)):
-        return stored_round(branch, round_no, this_round, context)  # done before: read, never re-evaluate
-    history = [r for r in rows if r["mode"] == branch.mode and r["round"] < round_no]
-    if thorough:
-        result = run_thorough_round(branch, context, round_no, len(history), evaluator, cache, on_result)
-        append_trials(run.run_dir, result.rows)
-    else:
-        result = run_round(branch, context, round_no, history, evaluator, cache, on_result, partial=this_round,
-                           on_batch=lambda new: append_trials(run.run_dir, new))
-    publish_table(f"spica-{branch.mode}-rounds", result.rows, TRIAL_COLUMNS,
+    rd = run.run_dir
+    inputs = trials_fingerprint(context)
+    if rd.has("trials") and not rd.fresh("trials", inputs):
+        rd.write("trials", [], inputs)  # searched in another context: its scores do not carry over
+    result = run_round(branch, context, round_no, stored_trials(rd, context), evaluator, cache, on_result,
+                       on_batch=lambda new: rd.append("trials", [t.to_row() for t in new], inputs))
+    publish_table(f"spica-{branch.mode}-rounds", [t.to_row() for t in result.trials], TRIAL_COLUMNS,
                   f"run {run.identity.run_id}: {branch.mode} round {round_no} ({result.unique} unique successes)")
     if result.message:
         print(result.message)
@@ -84,9 +62,15 @@ RANK_COLUMNS = ("rank", "mode", "backend", "parallel", "used_gpus", "score", "ob
 
 
 @task(name="rank / pareto", cache_policy=NO_CACHE)
-def rank_task(run: ValidatedRun) -> list[dict[str, Any]]:
-    rows = trial_rows(run.run_dir)
-    ranked = ranking_rows(merge(rows, run.search_config))
-    run.run_dir.write("ranking", pa.Table.from_pylist(ranked, schema=RANKING_SCHEMA))
-    publish_table("spica-ranking", ranked, RANK_COLUMNS, f"run {run.identity.run_id}: ranking / Pareto front")
+def rank_task(run: ValidatedRun, context: SearchContext) -> list[RankedCandidate]:
+    """Recomputed only when the trials changed: the ranking's input is the trials artifact itself."""
+    rd = run.run_dir
+    trials = stored_trials(rd, context)
+    inputs = CATALOG["ranking"].fingerprint(trials=file_fingerprint(rd.artifact("trials")) if trials else None)
+    if rd.fresh("ranking", inputs):
+        return [RankedCandidate.from_row(r) for r in rd.rows("ranking")]
+    ranked = rank_trials(trials, run.search_config)
+    rows = [r.to_row() for r in ranked]
+    rd.write("ranking", rows, inputs)
+    publish_table("spica-ranking", rows, RANK_COLUMNS, f"run {run.identity.run_id}: ranking / Pareto front")
     return ranked

@@ -1,12 +1,24 @@
-"""Stages 2 and 3: enumerate branches (``branches.parquet``) and KV filter (``shapes.parquet``)."""
+"""Stages 2 and 3: enumerate branches (``branches.parquet``) and KV filter (``shapes.parquet``).
+
+Both read their artifact back when it is fresh (same input fingerprint), so a resumed run rebuilds
+the same branches without enumerating or asking aiconfigurator-core for a single KV estimate.
+"""
 from __future__ import annotations
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from spica_core.run.catalog import RunDir
-from spica_core.space.branches import BranchSet, LegalSpace, estimate_shapes, kv_filter, legal_space, ordered_records, shapes_table
 from spica_core.config.model import SmartSearchConfig
+from spica_core.run.catalog import CATALOG, RunDir
+from spica_core.run.identity import engine_versions
+from spica_core.space.branches import (
+    BranchSet, LegalSpace, estimate_shapes, kv_filter, legal_space, ordered_records, records_from_rows,
+)
+
+
+def branches_fingerprint(config: SmartSearchConfig) -> str:
+    """What the legal space depends on: the searched config and the engines (AIC's perf DBs above all)."""
+    return CATALOG["branches"].fingerprint(search_config=config.normalised(), engines=engine_versions())
 
 
 @task(name="enumerate branches", cache_policy=NO_CACHE)
@@ -16,8 +28,11 @@ def enumerate_branches_task(config: SmartSearchConfig, run_dir: RunDir) -> Legal
     Writes ``branches.parquet`` (mode, backend, parallel config, supported, reason). Raises the
     user-facing errors (unknown model / SKU, a pin legal for no backend) before any estimate.
     """
+    inputs = branches_fingerprint(config)
+    if run_dir.fresh("branches", inputs):
+        return LegalSpace.from_rows(config, run_dir.rows("branches"))
     space = legal_space(config)
-    run_dir.write("branches", space.table())
+    run_dir.write("branches", space.rows(), inputs)
     return space
 
 
@@ -28,6 +43,9 @@ def kv_filter_task(space: LegalSpace, run_dir: RunDir) -> BranchSet:
     ``shapes.parquet`` is written before the branches are built, so when nothing is viable the
     run folder still shows which shape failed and why.
     """
+    inputs = CATALOG["shapes"].fingerprint(branches=branches_fingerprint(space.config))
+    if run_dir.fresh("shapes", inputs):
+        return kv_filter(space, records_from_rows(run_dir.rows("shapes")))
     records = estimate_shapes(space)
-    run_dir.write("shapes", shapes_table(ordered_records(records, space.config.search_space.backend)))
+    run_dir.write("shapes", [r.row() for r in ordered_records(records, space.config.search_space.backend)], inputs)
     return kv_filter(space, records)

@@ -1,4 +1,4 @@
-"""Stage 1: validate the config and write ``config.parquet`` into the run folder."""
+"""Stage 1: validate the config and write ``config.parquet`` into the run folder (once per run)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,10 +8,10 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from spica_core.errors import RunDirError
-from spica_core.run.catalog import RunDir
+from spica_core.run.catalog import CATALOG, RunDir
 from spica_core.config.model import SmartSearchConfig
 from spica_core.config.policies import PolicyFilter, filter_for_goal, with_policies
-from spica_core.run.identity import CONFIG_SCHEMA, RunIdentity, config_rows, identify
+from spica_core.run.identity import RunIdentity, config_rows, identify
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,11 @@ class ValidatedRun:
 @task(name="validate", cache_policy=NO_CACHE, log_prints=True)
 def validate_config(config_path: str, runs_root: str | None = None, run_dir: str | None = None,
                     seed: int | None = None) -> ValidatedRun:
-    """``seed`` overrides ``sweep.seed`` (part of the run identity: another seed is another run)."""
+    """``seed`` overrides ``sweep.seed`` (part of the run identity: another seed is another run).
+
+    The YAML is always parsed (the run id is its fingerprint); a fresh ``config.parquet`` already
+    holds exactly this run, so it is left as it is.
+    """
     path = Path(config_path)
     config = SmartSearchConfig.from_yaml(path)
     if seed is not None:
@@ -44,5 +48,8 @@ def validate_config(config_path: str, runs_root: str | None = None, run_dir: str
     policies = filter_for_goal(config)
     if policies.dropped:
         print(f"dropped planner policies {policies.dropped}: {policies.reason}")
-    rd.write("config", config_rows(config, identity, trace), schema=CONFIG_SCHEMA)
+    inputs = CATALOG["config"].fingerprint(config=identity.config_fingerprint, trace=identity.trace_fingerprint,
+                                           engines=identity.engines)
+    if not rd.fresh("config", inputs):
+        rd.write("config", config_rows(config, identity, trace), inputs)
     return ValidatedRun(config, with_policies(config, policies.kept), policies, identity, rd, trace)

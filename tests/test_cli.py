@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -12,23 +13,54 @@ import pytest
 
 from conftest import EXAMPLES, REPO
 from spica_cli.main import main
-from spica_core.config.model import SmartSearchConfig
+from spica_core.config import SmartSearchConfig
 from spica_core.run.identity import config_from_row, identify
 from tasks.validate import validate_config
 
-EXAMPLE_FILES = sorted(EXAMPLES.glob("*.yaml"))
+# What each bundled example is for, as `spica validate` summarises it (the start of each summary line).
+EXAMPLE_SUMMARIES: dict[str, dict[str, str]] = {
+    "quickstart.yaml": {
+        "branches": "agg, disagg (one Vizier study each); backends vllm",
+        "workload": "synthetic isl 4000 / osl 500, concurrency 32 (closed loop)",
+        "goal": "goodput_per_gpu, SLA ttft_ms=2000.0, itl_ms=40.0 (planner target 'sla')",
+    },
+    "deepseek_v3_trace.yaml": {
+        "branches": "disagg, agg (one Vizier study each); backends vllm",
+        "pinned context": "model_name=deepseek-ai/DeepSeek-V3, hardware_sku=h200_sxm, gpu_budget=32",
+        "workload": "mooncake trace traces/sine_prefix.jsonl (open loop",
+        "goal": "goodput_per_gpu, SLA ttft_ms=2000.0, itl_ms=30.0 (planner target 'sla')",
+    },
+    "pareto_kv_load.yaml": {
+        "branches": "disagg (one Vizier study each); backends vllm, sglang",
+        "workload": "synthetic isl 1000 / osl 1000, kv_load_ratio [0.05, 1.0]",
+        "goal": "pareto [throughput_per_gpu, throughput_per_user] (planner target 'throughput')",
+    },
+    "router_only.yaml": {
+        "branches": "agg (one Vizier study each); backends vllm",
+        "parallel configs": "pinned",
+        "workload": "mooncake trace traces/shared_prefix.jsonl (closed loop, 24 in flight)",
+        "goal": "e2e_latency (planner target 'latency')",
+    },
+}
 
 
-def test_there_are_four_examples() -> None:
-    assert {p.name for p in EXAMPLE_FILES} >= {"quickstart.yaml", "deepseek_v3_trace.yaml", "pareto_kv_load.yaml",
-                                                "router_only.yaml"}
+def summary_lines(out: str) -> dict[str, str]:
+    """``label : value`` lines of a validate summary, keyed by label."""
+    return {m[1]: m[2] for m in re.finditer(r"^(\w[\w ]*?)\s*: (.*)$", out, re.MULTILINE)}
 
 
-@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=[p.name for p in EXAMPLE_FILES])
-def test_validate_accepts_every_example(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["validate", str(path)]) == 0
+def test_every_bundled_example_has_its_summary() -> None:
+    assert sorted(p.name for p in EXAMPLES.glob("*.yaml")) == sorted(EXAMPLE_SUMMARIES)
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLE_SUMMARIES))
+def test_validate_summarises_each_example(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(EXAMPLES / name)]) == 0
     out = capsys.readouterr().out
-    assert "config is valid" in out and "goal" in out and "workload" in out
+    assert out.startswith("config is valid\n")
+    lines = summary_lines(out)
+    for label, start in EXAMPLE_SUMMARIES[name].items():
+        assert lines.get(label, "").startswith(start), f"{name} {label}: {lines.get(label)!r}"
 
 
 def test_validate_summary_counts_choices(capsys: pytest.CaptureFixture[str]) -> None:
@@ -174,27 +206,3 @@ def test_sweep_error_inside_a_stage_exits_2_without_traceback(tmp_path: Path) ->
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr + proc.stdout
     assert "unknown hardware_sku 'h900'" in proc.stderr and "h200_sxm" in proc.stderr
-
-
-def test_summary_knobs_tell_same_shape_rows_apart() -> None:
-    from spica_cli.sweep import knobs
-
-    agg = {"deployment_mode": "agg", "agg_max_num_seqs": 256, "agg_max_num_batched_tokens": 8192,
-           "router_mode": "kv_router", "overlap_score_credit": 1.0, "prefill_load_scale": 4.0,
-           "router_temperature": 0.0, "planner_scaling_policy": "load_180_5"}
-    assert knobs(agg) == "A:256/8192 kv(1.0,4.0,0.0) load_180_5"
-    disagg = {"deployment_mode": "disagg", "prefill_max_num_seqs": 4, "prefill_max_num_batched_tokens": 16384,
-              "decode_max_num_seqs": 512, "decode_max_num_batched_tokens": 8192, "router_mode": "round_robin",
-              "planner_scaling_policy": "disabled"}
-    assert knobs(disagg) == "P:4/16384 D:512/8192 rr"
-
-
-def test_summary_reports_the_load_predictor_winners() -> None:
-    from spica_cli.sweep import render_summary
-    from spica_core.search.rounds import Tally
-
-    text = render_summary({"ranking": [], "tally": Tally(), "pareto": False, "objectives": ["goodput"],
-                           "stalls": [], "warnings": [], "run_dir": "runs/x",
-                           "load_predictor": {"reason": "swept", "winners": {600: "kalman_default_raw",
-                                                                              180: "arima_raw"}}})
-    assert "load predictor (swept): 180 s → arima_raw, 600 s → kalman_default_raw" in text

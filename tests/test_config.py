@@ -6,10 +6,19 @@ from typing import Any, Callable
 
 import pytest
 
-from spica_core.config.knobs import decode_composite, predictor_fields
-from spica_core.config.model import ParallelShape, DisaggParallel, SmartSearchConfig
+from spica_core.config import (
+    PREDICTOR_FAMILIES,
+    DisaggParallel,
+    ParallelShape,
+    SLATarget,
+    SmartSearchConfig,
+    decode_composite,
+    filter_for_goal,
+    filter_scaling_policies,
+    predictor_fields,
+    throughput_intervals,
+)
 from spica_core.errors import ConfigError, SpicaError
-from spica_core.config.policies import filter_for_goal, filter_scaling_policies, throughput_intervals
 
 BASE: dict[str, Any] = {
     "search_space": {"model_name": "Qwen/Qwen3-32B", "hardware_sku": "h200_sxm", "gpu_budget": 8},
@@ -85,6 +94,32 @@ CASES: list[tuple[str, Callable[..., Any], Callable[..., Any], str]] = [
      ss(planner_fpm_sampling=[{}]), "search_space.planner_fpm_sampling[0]"),
     ("predictor dict needs only the family", ss(load_predictor_candidates=[{"load_predictor": "kalman"}]),
      ss(load_predictor_candidates=[{"kalman_r": 3.0}]), "search_space.load_predictor_candidates[0]"),
+    ("predictor dict family", ss(load_predictor_candidates=["arima_raw", {"load_predictor": "prophet"}]),
+     ss(load_predictor_candidates=["arima_raw", {"load_predictor": "lstm"}]),
+     "search_space.load_predictor_candidates[1].load_predictor"),
+    ("predictor dict value types", ss(load_predictor_candidates=[{"load_predictor": "kalman", "kalman_r": 3,
+                                                                  "load_predictor_log1p": True}]),
+     ss(load_predictor_candidates=[{"load_predictor": "kalman", "load_predictor_log1p": "yes"}]),
+     "search_space.load_predictor_candidates[0].load_predictor_log1p"),
+    ("scaling dict flags are booleans",
+     ss(planner_scaling_policy=[{"enable_throughput_scaling": False, "enable_load_scaling": False,
+                                 "throughput_adjustment_interval_seconds": None,
+                                 "load_adjustment_interval_seconds": None}]),
+     ss(planner_scaling_policy=[{"enable_throughput_scaling": "false", "enable_load_scaling": True,
+                                 "throughput_adjustment_interval_seconds": 180,
+                                 "load_adjustment_interval_seconds": 5}]),
+     "search_space.planner_scaling_policy[0].enable_throughput_scaling"),
+    ("scaling dict intervals are integers",
+     ss(planner_scaling_policy=[{"enable_throughput_scaling": False, "enable_load_scaling": True,
+                                 "throughput_adjustment_interval_seconds": 180,
+                                 "load_adjustment_interval_seconds": 5}]),
+     ss(planner_scaling_policy=[{"enable_throughput_scaling": False, "enable_load_scaling": True,
+                                 "throughput_adjustment_interval_seconds": 180,
+                                 "load_adjustment_interval_seconds": "5s"}]),
+     "search_space.planner_scaling_policy[0].load_adjustment_interval_seconds"),
+    ("fpm dict values are integers", ss(planner_fpm_sampling=[{"max_num_fpm_samples": 8, "fpm_sample_bucket_size": 4}]),
+     ss(planner_fpm_sampling=[{"max_num_fpm_samples": 8, "fpm_sample_bucket_size": True}]),
+     "search_space.planner_fpm_sampling[0].fpm_sample_bucket_size"),
     ("composite entry type", ss(planner_load_sensitivity=["default"]), ss(planner_load_sensitivity=[3]),
      "search_space.planner_load_sensitivity[0]"),
     ("composite non-empty", ss(planner_scaling_policy=["disabled"]), ss(planner_scaling_policy=[]),
@@ -123,6 +158,10 @@ CASES: list[tuple[str, Callable[..., Any], Callable[..., Any], str]] = [
     ("disagg entry for a disagg branch",
      ss(deployment_mode=["disagg"], parallel_configs=[{"prefill": {"tp": 2}, "decode": {"tp": 2}}]),
      ss(deployment_mode=["disagg"], parallel_configs=[{"tp": 2}]), "search_space.parallel_configs[0]"),
+    ("agg entry for an agg branch",
+     ss(deployment_mode=["agg"], parallel_configs=[{"tp": 2}]),
+     ss(deployment_mode=["agg"], parallel_configs=[{"tp": 2}, {"prefill": {"tp": 2}, "decode": {"tp": 2}}]),
+     "search_space.parallel_configs[1]"),
     ("disagg entry needs both roles",
      ss(deployment_mode=["disagg"], parallel_configs=[{"prefill": {"tp": 2}, "decode": {"tp": 2}}]),
      ss(deployment_mode=["disagg"], parallel_configs=[{"prefill": {"tp": 2}}]),
@@ -169,6 +208,10 @@ CASES: list[tuple[str, Callable[..., Any], Callable[..., Any], str]] = [
     ("goodput needs an SLA", top(goal=GOODPUT), top(goal={"target": "goodput"}), "goal.sla"),
     ("TTFT alone is not enough", top(goal={"target": "goodput", "sla": {"e2e_ms": 5000}}),
      top(goal={"target": "goodput", "sla": {"ttft_ms": 500}}), "goal.sla"),
+    ("goodput SLA is e2e alone or ttft/itl", top(goal={"target": "goodput", "sla": {"ttft_ms": 500, "itl_ms": 30}}),
+     top(goal={"target": "goodput", "sla": {"ttft_ms": 500, "itl_ms": 30, "e2e_ms": 5000}}), "goal.sla"),
+    ("any SLA is e2e alone or ttft/itl", top(goal={"target": "throughput", "sla": {"e2e_ms": 5000}}),
+     top(goal={"target": "throughput", "sla": {"itl_ms": 30, "e2e_ms": 5000}}), "goal.sla"),
     ("SLA bounds > 0", top(goal={"target": "throughput", "sla": {"itl_ms": 1}}),
      top(goal={"target": "throughput", "sla": {"itl_ms": 0}}), "goal.sla.itl_ms"),
     ("pareto goodput objective needs SLA",
@@ -232,6 +275,30 @@ def test_error_names_value_and_allowed() -> None:
 def test_unknown_key_lists_allowed_keys() -> None:
     err = rejected(wl(qps=3))
     assert "request_rate" in err.issues[0].message
+
+
+def test_mixed_sla_says_what_is_allowed() -> None:
+    err = rejected(top(goal={"target": "goodput_per_gpu", "sla": {"ttft_ms": 500, "e2e_ms": 5000}}))
+    (issue,) = err.issues
+    assert issue.path == "goal.sla" and issue.value == {"ttft_ms": 500, "e2e_ms": 5000}
+    assert "e2e_ms cannot be combined with ttft_ms or itl_ms" in issue.message
+    assert "e2e_ms alone, or ttft_ms and/or itl_ms" in issue.message
+
+
+def test_unknown_predictor_family_lists_the_families() -> None:
+    err = rejected(ss(load_predictor_candidates=[{"load_predictor": "lstm"}]))
+    (issue,) = err.issues
+    assert issue.path == "search_space.load_predictor_candidates[0].load_predictor" and issue.value == "lstm"
+    assert all(family in issue.message for family in PREDICTOR_FAMILIES)
+
+
+def test_pin_for_the_other_mode_shows_what_was_written() -> None:
+    disagg_pin = {"prefill": {"tp": 2}, "decode": {"tp": 2}}
+    (issue,) = rejected(ss(deployment_mode=["agg"], parallel_configs=[disagg_pin])).issues
+    assert issue.path == "search_space.parallel_configs[0]" and issue.value == disagg_pin  # no defaults filled in
+    assert "an agg entry must look like {tp: ..." in issue.message
+    (issue,) = rejected(ss(deployment_mode=["disagg"], parallel_configs=[{"tp": 2}])).issues
+    assert issue.value == {"tp": 2} and "a disagg entry must look like {prefill: " in issue.message
 
 
 def test_every_problem_is_reported() -> None:
@@ -314,6 +381,17 @@ def test_policy_filter_by_goal(goal: dict[str, Any], kept: list[str]) -> None:
     c = SmartSearchConfig.from_dict(cfg(lambda d: (d["search_space"].update(
         planner_scaling_policy=["disabled", "load_180_5", "hybrid_180_5"]), d.update(goal=goal))))
     assert filter_for_goal(c).kept == kept
+
+
+def test_policy_filter_reason_names_what_the_sla_lacks() -> None:
+    c = SmartSearchConfig.from_dict(cfg(lambda d: (d["search_space"].update(
+        planner_scaling_policy=["disabled", "load_180_5"]), d.update(goal={"target": "goodput",
+                                                                           "sla": {"e2e_ms": 5000}}))))
+    assert "goal.sla has no ttft_ms or itl_ms" in filter_for_goal(c).reason
+    # a TTFT-only SLA (which validation refuses for goodput) lacks ITL, not TTFT: never "e2e-only"
+    ttft_only = c.model_copy(update={"goal": c.goal.model_copy(update={"sla": SLATarget(ttft_ms=500)})})
+    reason = filter_for_goal(ttft_only).reason
+    assert "goal.sla has no itl_ms;" in reason and "e2e" not in reason
 
 
 def test_policy_filter_error_when_nothing_survives() -> None:

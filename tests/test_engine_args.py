@@ -15,16 +15,17 @@ from spica_core.evaluate.engine_args import (
     build_engine_args,
     router_kwargs,
 )
-from spica_core.space.facts import backend_version, kv_tokens_per_rank
+from spica_core.space.facts import backend_version
+from spica_core.space.kv import kv_tokens_per_rank
 from spica_core.space.parallel import ParallelConfig, Shape
 from spica_core.evaluate.profiles import EngineShape, StepTimes, cache_dir, profile_path, step_engine
-from spica_core.evaluate.candidate import add_run_fields, unroll_sample
+from spica_core.evaluate.candidate import Candidate, Router
 from spica_core.evaluate.workload import replay_workload, request_count, resolve_kv_load
 
 MODEL, SKU = "Qwen/Qwen3-32B", "h200_sxm"
 
 
-def make_sample(mode: str = "agg", pc: dict[str, Any] | None = None, **space: Any) -> dict[str, Any]:
+def make_candidate(mode: str = "agg", pc: dict[str, Any] | None = None, **space: Any) -> Candidate:
     base: dict[str, Any] = {"model_name": MODEL, "hardware_sku": SKU, "deployment_mode": [mode],
                             "router_mode": ["round_robin"], "planner_scaling_policy": ["disabled"],
                             "agg_max_num_batched_tokens": [8192], "agg_max_num_seqs": [256],
@@ -33,8 +34,8 @@ def make_sample(mode: str = "agg", pc: dict[str, Any] | None = None, **space: An
     base.update(space)
     cfg = SmartSearchConfig.from_dict({"search_space": base, "workload": {"trace_path": "t.jsonl"}})
     pc = pc or ({"tp": 2, "replicas": 2} if mode == "agg" else {"prefill": {"tp": 2}, "decode": {"tp": 4}})
-    s = unroll_sample(cfg.search_space, {"deployment_mode": mode}, ParallelConfig.from_dict(mode, pc))
-    return add_run_fields(s, backend_version=backend_version(SKU, s["backend"]))
+    c = Candidate.unroll(cfg.search_space, {"deployment_mode": mode}, ParallelConfig.from_dict(mode, pc))
+    return c.resolved(backend_version=backend_version(SKU, c.backend))
 
 
 # ---------------------------------------------------------------- profiles
@@ -86,7 +87,7 @@ def test_gpu_and_backend_change_the_profile() -> None:
 
 
 def test_agg_payload_schema_and_kv_blocks_from_the_memory_model() -> None:
-    s = make_sample(agg_max_num_batched_tokens=[16384], agg_max_num_seqs=[512], agg_gpu_memory_utilization=0.85,
+    s = make_candidate(agg_max_num_batched_tokens=[16384], agg_max_num_seqs=[512], agg_gpu_memory_utilization=0.85,
                     startup_time=30.0, aic_nextn=2)
     roles = build_engine_args(s)
     assert list(roles) == ["agg"]
@@ -102,12 +103,12 @@ def test_agg_payload_schema_and_kv_blocks_from_the_memory_model() -> None:
     assert e["timing_model"]["provider"] == "dynamo_profile" and Path(e["timing_model"]["config"]["path"]).is_file()
     assert "kv_transfer_bandwidth" not in e and "native_host_offload" not in e
     # a smaller memory fraction leaves fewer blocks
-    less = build_engine_args(make_sample(agg_gpu_memory_utilization=0.6))["agg"].num_gpu_blocks
-    assert less < build_engine_args(make_sample())["agg"].num_gpu_blocks
+    less = build_engine_args(make_candidate(agg_gpu_memory_utilization=0.6))["agg"].num_gpu_blocks
+    assert less < build_engine_args(make_candidate())["agg"].num_gpu_blocks
 
 
 def test_disagg_roles_carry_kv_transfer_on_prefill_only() -> None:
-    roles = build_engine_args(make_sample("disagg"))
+    roles = build_engine_args(make_candidate("disagg"))
     p, d = roles["prefill"].payload["engine"], roles["decode"].payload["engine"]
     assert (p["worker_type"], d["worker_type"]) == ("prefill", "decode")
     assert p["kv_transfer_bytes_per_token"] == 2 * 8 * 128 * 64 * 2  # Qwen3-32B bf16 GQA KV
@@ -117,30 +118,29 @@ def test_disagg_roles_carry_kv_transfer_on_prefill_only() -> None:
 
 
 def test_host_offload_maps_to_native_host_offload() -> None:
-    s = make_sample(num_g2_blocks=5000, kv_bytes_per_token=262144, bandwidth_g1_to_g2_gbps=25.0)
+    s = make_candidate(num_g2_blocks=5000, kv_bytes_per_token=262144, bandwidth_g1_to_g2_gbps=25.0)
     e = build_engine_args(s)["agg"].payload["engine"]
     assert e["native_host_offload"] == {"num_host_blocks": 5000, "d2h_bandwidth_gbps": 25.0}
     assert e["kv_cache_bytes_per_token"] == 262144
-    roles = build_engine_args(make_sample("disagg", num_g2_blocks=100, kv_bytes_per_token=262144))
+    roles = build_engine_args(make_candidate("disagg", num_g2_blocks=100, kv_bytes_per_token=262144))
     assert "native_host_offload" in roles["prefill"].payload["engine"]
     assert "native_host_offload" not in roles["decode"].payload["engine"]
 
 
 def test_runtime_rejection_carries_the_runtime_message() -> None:
-    s = make_sample(backend=["sglang"], num_g2_blocks=100, kv_bytes_per_token=262144)
+    s = make_candidate(backend=["sglang"], num_g2_blocks=100, kv_bytes_per_token=262144)
     with pytest.raises(RejectedEngineArgsError, match="native_host_offload is supported only for backend=vllm"):
         build_engine_args(s)
 
 
 def test_shape_without_kv_budget_is_infeasible() -> None:
     with pytest.raises(InfeasibleKVCapacityError, match="no KV cache"):
-        build_engine_args(make_sample(pc={"tp": 1}, agg_gpu_memory_utilization=0.3))
+        build_engine_args(make_candidate(pc={"tp": 1}, agg_gpu_memory_utilization=0.3))
 
 
 def test_router_kwargs() -> None:
-    assert router_kwargs({"router_mode": "round_robin", "overlap_score_credit": 1.0}) == {"router_mode": "round_robin"}
-    kw = router_kwargs({"router_mode": "kv_router", "overlap_score_credit": 0.5, "prefill_load_scale": 4.0,
-                        "router_temperature": 0.2})
+    assert router_kwargs(Router("round_robin", overlap_score_credit=1.0)) == {"router_mode": "round_robin"}
+    kw = router_kwargs(Router("kv_router", overlap_score_credit=0.5, prefill_load_scale=4.0, router_temperature=0.2))
     cfg = kw["router_config"]
     assert kw["router_mode"] == "kv_router"
     assert (cfg.overlap_score_credit, cfg.prefill_load_scale) == (0.5, 4.0)
@@ -181,17 +181,17 @@ def test_replay_workload_kwargs_per_load_shape() -> None:
 @pytest.mark.parametrize("mode", ["agg", "disagg"])
 def test_kv_load_ratio_follows_the_capacity_formula(mode: str) -> None:
     pc = {"tp": 2, "replicas": 3} if mode == "agg" else {"prefill": {"tp": 2}, "decode": {"tp": 4, "replicas": 2}}
-    s = make_sample(mode, pc)
+    s = make_candidate(mode, pc)
     w = wl(isl=4000, osl=1000, kv_load_ratio=1.0, num_request_ratio=1)
-    out = resolve_kv_load(s, w, 1.0)
+    concurrency, kv = resolve_kv_load(s, w, 1.0)
     role, shape, reps = ("agg", Shape(2), 3) if mode == "agg" else ("decode", Shape(4), 2)
     seqs = 256
     tokens = kv_tokens_per_rank(MODEL, SKU, "vllm", shape, max_num_tokens=8192, max_batch_size=seqs, memory_fraction=0.9)
     capacity = (tokens // 64) * 64 * 1 * reps
-    assert out[f"{role}_kv_capacity_tokens"] == capacity == out["kv_load_capacity_tokens"]
-    assert out["kv_load_concurrency_capacity"] == capacity // 4500
-    assert out["concurrency"] == capacity // 4500
-    assert resolve_kv_load(s, w, 0.0)["concurrency"] == 1
-    assert resolve_kv_load(s, w, 0.5)["concurrency"] == (capacity // 4500) // 2
+    assert kv.role_capacity_tokens[role] == capacity == kv.capacity_tokens
+    assert kv.concurrency_capacity == capacity // 4500
+    assert concurrency == capacity // 4500 and kv.ratio == 1.0
+    assert resolve_kv_load(s, w, 0.0)[0] == 1
+    assert resolve_kv_load(s, w, 0.5)[0] == (capacity // 4500) // 2
     with pytest.raises(InfeasibleKVCapacityError):
         resolve_kv_load(s, wl(isl=10_000_000, osl=10, kv_load_ratio=1.0, num_request_ratio=1), 1.0)

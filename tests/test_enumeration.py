@@ -7,8 +7,8 @@ from spica_core.space.enumeration import (
     agg_configs,
     backend_rejects,
     config_rejection,
+    configs_from_shapes,
     disagg_configs,
-    enumerate_parallel_configs,
     moe_pattern,
     role_configs,
     shape_rejection,
@@ -40,9 +40,16 @@ def test_moe_keeps_only_the_four_pure_patterns() -> None:
     assert worker_shapes(True, 1, "vllm") == []
 
 
-def test_pure_patterns_pass_every_backend_filter() -> None:
-    # the filters only bite on mixed shapes, which enumeration never emits
-    assert worker_shapes(True, 16, "trtllm") == worker_shapes(True, 16, "sglang") == worker_shapes(True, 16, "vllm")
+def test_backend_filter_drops_only_the_shapes_the_backend_cannot_run() -> None:
+    every_pattern = worker_shapes(True, 16, "vllm")
+    assert {s.strategy for s in every_pattern} == {"tep", "dep", "tp", "dtp"}
+    # pure patterns never mix attention TP with DP (trtllm's rule) nor MoE TP with EP (vllm's rule)
+    assert worker_shapes(True, 16, "trtllm") == worker_shapes(True, 16, "sglang") == every_pattern
+    # an EP-only sglang kernel cannot shard experts by TP: the MoE-TP patterns go, the EP patterns stay
+    ep_only = worker_shapes(True, 16, "sglang", "deepep_moe")
+    assert ep_only == [s for s in every_pattern if s.moe_tp == 1]
+    assert {s.strategy for s in ep_only} == {"tep", "dep"} and len(ep_only) == 2 * 4  # g ∈ {2, 4, 8, 16}
+    assert all(backend_rejects(s, "sglang", "deepep_moe") for s in every_pattern if s not in ep_only)
 
 
 def test_backend_filters() -> None:
@@ -64,23 +71,25 @@ def test_replicas_fill_the_budget_window() -> None:
 
 
 def test_agg_count_and_derived_fields() -> None:
-    configs = enumerate_parallel_configs(False, 8, "agg", "vllm")
+    shapes = worker_shapes(False, 8, "vllm")
+    configs = configs_from_shapes("agg", shapes, 8)
     assert len(configs) == 8 + 4 + 2 + 1  # TP1×1..8, TP2×1..4, TP4×1..2, TP8×1
     c = ParallelConfig("agg", agg=RoleConfig(Shape(2), 3))
     assert c in configs and c.used_gpus == 6 and c.agg is not None and c.agg.shape.strategy == "tp"
     assert [c.used_gpus for c in configs] == sorted(c.used_gpus for c in configs)
-    assert len(enumerate_parallel_configs(False, 8, "agg", "vllm", min_gpu_budget=8)) == 4  # one per shape
+    assert len(configs_from_shapes("agg", shapes, 8, min_gpu_budget=8)) == 4  # one per shape
 
 
 def test_disagg_pairs_within_budget() -> None:
     """Dense, 8 GPUs. Role footprints n(f): 1→1, 2→2, 3→1, 4→3, 5→1, 6→2, 7→1, 8→4 (TP8×1, TP4×2,
     TP2×4, TP1×8). Pairs with p + d ≤ 8: Σ n(p)·N(8−p), N cumulative = 1,3,4,7,8,10,11 →
     1·11 + 2·10 + 1·8 + 3·7 + 1·4 + 2·3 + 1·1 = 71."""
-    configs = enumerate_parallel_configs(False, 8, "disagg", "vllm")
+    shapes = worker_shapes(False, 8, "vllm")
+    configs = configs_from_shapes("disagg", shapes, 8)
     assert len(configs) == 71
     assert all(c.used_gpus <= 8 for c in configs)
     assert max(c.prefill.gpus for c in configs if c.prefill) == 7  # an 8-GPU role leaves nothing for the other
-    at_least_8 = enumerate_parallel_configs(False, 8, "disagg", "vllm", min_gpu_budget=8)
+    at_least_8 = configs_from_shapes("disagg", shapes, 8, min_gpu_budget=8)
     # totals exactly 8: Σ n(p)·n(8−p) = 1·1 + 2·2 + 1·1 + 3·3 + 1·1 + 2·2 + 1·1 = 21
     assert len(at_least_8) == 21 and all(c.used_gpus == 8 for c in at_least_8)
 

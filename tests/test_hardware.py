@@ -9,15 +9,8 @@ from pathlib import Path
 import pytest
 
 from spica_core.errors import NoPerfDatabaseError, UnknownModelError, UnknownSystemError
-from spica_core.space.facts import (
-    backend_version,
-    enable_wideep,
-    kv_estimate,
-    kv_tokens_per_rank,
-    memory_fraction_kind,
-    model_facts,
-    system_facts,
-)
+from spica_core.space.facts import backend_version, model_facts, system_facts
+from spica_core.space.kv import kv_estimate, kv_tokens_per_rank, memory_fraction_kind
 from spica_core.space.parallel import Shape
 
 GIB = 1 << 30
@@ -41,10 +34,11 @@ def test_deepseek_v3_is_moe_with_latent_fp8_kv() -> None:
     assert f.max_context == 163_840
     # MLA: 61 layers × (kv_lora_rank 512 + qk_rope_head_dim 64) × 1 byte (FP8 checkpoint → FP8 KV)
     assert f.kv_bytes_per_token == 61 * (512 + 64) * 1 == 35_136
-    # FP8 671B checkpoint: far more than one H200 node can hold twice → wide-EP would be enabled
+    # FP8 671B checkpoint: more than half of one H200 node (8 × 141 GiB), unlike Qwen3-32B
     assert 600 * GIB < f.weight_bytes < 700 * GIB
-    assert enable_wideep(f, system_facts("h200_sxm"))
-    assert not enable_wideep(model_facts("Qwen/Qwen3-32B"), system_facts("h200_sxm"))
+    node = system_facts("h200_sxm")
+    assert 2 * f.weight_bytes > node.gpus_per_node * node.vram_bytes_per_gpu
+    assert 2 * model_facts("Qwen/Qwen3-32B").weight_bytes < node.gpus_per_node * node.vram_bytes_per_gpu
 
 
 def test_gqa_moe_is_not_mla() -> None:

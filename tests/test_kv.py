@@ -1,16 +1,28 @@
 """§2.12 step 8: a shape is kept iff one rank's KV pool holds one longest sequence (> max_seq_len)."""
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from spica_core.config import SmartSearchConfig
+from spica_core.errors import NoViableParallelConfigError
+from spica_core.space.branches import estimate_shapes, kv_filter, legal_space
 from spica_core.space.enumeration import worker_shapes
-from spica_core.errors import NoPerfDatabaseError, NoViableParallelConfigError
-from spica_core.space.kv import feasible_shapes, max_seq_len, parallel_configs_for, shape_kv
+from spica_core.space.kv import max_seq_len, shape_kv
 from spica_core.space.parallel import Shape
 
 QWEN = "Qwen/Qwen3-32B"
 DSV3 = "deepseek-ai/DeepSeek-V3"
 GIB = 1 << 30
+
+
+def agg_vllm(model: str, sku: str = "h200_sxm", budget: int = 8, **space: Any) -> SmartSearchConfig:
+    """One agg branch on vLLM: the production path legal_space → estimate_shapes → kv_filter sees one backend."""
+    return SmartSearchConfig.from_dict({
+        "search_space": {"model_name": model, "hardware_sku": sku, "gpu_budget": budget, "deployment_mode": ["agg"],
+                         "backend": ["vllm"], **space},
+        "workload": {"trace_path": "t.jsonl"}})
 
 
 def _tp1_vllm_tokens() -> int:
@@ -25,10 +37,13 @@ def test_max_seq_len_defaults_to_model_context() -> None:
 
 
 def test_qwen3_32b_every_tp_holds_the_model_max_context() -> None:
-    shapes = worker_shapes(False, 8, "vllm")
-    kept, records = feasible_shapes(QWEN, "h200_sxm", "vllm", shapes, 40_960)
-    assert kept == [Shape(1), Shape(2), Shape(4), Shape(8)]
-    tokens = [r.kv_tokens_per_rank for r in records]
+    space = legal_space(agg_vllm(QWEN))
+    records = estimate_shapes(space)
+    assert list(records) == [("vllm", Shape(1)), ("vllm", Shape(2)), ("vllm", Shape(4)), ("vllm", Shape(8))]
+    assert all(r.feasible and r.max_seq_len == 40_960 for r in records.values())
+    pool = kv_filter(space, records).branch("agg").pool
+    assert {c.agg.shape for c in pool if c.agg} == {Shape(1), Shape(2), Shape(4), Shape(8)}
+    tokens = [r.kv_tokens_per_rank for r in records.values()]
     assert tokens[0] == _tp1_vllm_tokens() == 249_864
     # KV heads shard with TP while weights shrink: capacity grows faster than linearly
     assert tokens == sorted(tokens) and tokens[1] > 2 * tokens[0]
@@ -42,7 +57,8 @@ def test_qwen3_32b_tp1_fails_a_250k_context_on_vllm_but_not_trtllm() -> None:
     trt = shape_kv(QWEN, "h200_sxm", "trtllm", Shape(1), 250_000)
     non_kv = 65_522_892_800 + 1_476_395_008 + 3_758_096_384
     assert trt.feasible and trt.kv_tokens_per_rank == int((141 * GIB - non_kv) * 0.9 / 262_144) == 276_856
-    configs, _ = parallel_configs_for(QWEN, "h200_sxm", 8, "agg", "vllm", seq_len=250_000)
+    branch = kv_filter(legal_space(agg_vllm(QWEN, context_length=250_000))).branch("agg")
+    configs = branch.configs_for("vllm")
     assert {c.agg.shape.tp for c in configs if c.agg} == {2, 4, 8}
     assert len(configs) == 4 + 2 + 1  # TP2×1..4, TP4×1..2, TP8×1
 
@@ -72,9 +88,12 @@ def test_deepseek_v3_pattern_feasibility_per_backend(backend: str, shape: Shape,
 
 
 def test_no_perf_db_and_nothing_feasible() -> None:
-    with pytest.raises(NoPerfDatabaseError):
-        parallel_configs_for(QWEN, "h100_pcie", 8, "agg", "vllm")
+    with pytest.raises(NoViableParallelConfigError, match="no perf database for vllm on h100_pcie"):
+        kv_filter(legal_space(agg_vllm(QWEN, "h100_pcie")))
+    space = legal_space(agg_vllm(DSV3, budget=4))
+    records = estimate_shapes(space)
+    assert records and not any(r.feasible for r in records.values())
     with pytest.raises(NoViableParallelConfigError) as err:
-        parallel_configs_for(DSV3, "h200_sxm", 4, "agg", "vllm")
+        kv_filter(space, records)
     text = str(err.value)
     assert "TEP4" in text and "no KV budget" in text and "gpu_budget" in text

@@ -9,10 +9,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from spica_core.config.knobs import PREDICTOR_FAMILIES
 from spica_core.config.model import SmartSearchConfig
-from spica_core.predictors.subsweep import (
+from spica_core.predictors import (
     FALLBACK_ENTRY,
-    LOAD_PREDICTOR_SCHEMA,
+    FAMILIES,
     REASON_NO_THROUGHPUT,
     REASON_STATIC,
     ArimaPredictor,
@@ -26,10 +27,13 @@ from spica_core.predictors.subsweep import (
     entry_fields,
     evaluate_entry,
     log_error,
+    make_predictor,
     pick_winner,
     sweep_load_predictor,
+    sweep_windows,
     window_loss,
 )
+from spica_core.run.catalog import LOAD_PREDICTOR_SCHEMA
 from spica_core.evaluate.traces import write_sine_trace
 
 
@@ -208,6 +212,23 @@ def test_prophet_window_is_bounded() -> None:
     assert [v for _, v in p._window] == [4.0, 5.0, 6.0, 7.0, 8.0]
 
 
+def test_registry_holds_exactly_the_configured_families() -> None:
+    assert tuple(FAMILIES) == PREDICTOR_FAMILIES
+
+
+def test_make_predictor_builds_each_family_from_its_entry_fields() -> None:
+    constant = make_predictor(entry_fields("constant_last"), 180)
+    assert type(constant) is ConstantPredictor and not constant.log1p
+    arima = make_predictor(entry_fields("arima_log1p"), 180)
+    assert type(arima) is ArimaPredictor and arima.log1p and arima.minimum_data_points == 5
+    prophet = make_predictor(entry_fields("prophet_w20_raw"), 600)
+    assert type(prophet) is ProphetPredictor and (prophet.window_size, prophet.interval_s) == (20, 600.0)
+    kalman = make_predictor(entry_fields({"load_predictor": "kalman", "kalman_min_points": 8}), 180)
+    assert type(kalman) is KalmanPredictor and kalman.minimum_data_points == 8
+    with pytest.raises(ValueError, match="bogus"):
+        make_predictor({"load_predictor": "bogus"}, 180)
+
+
 # ---------------------------------------------------------------- evaluation (§8.3)
 
 
@@ -245,11 +266,10 @@ def test_pick_winner_strict_ties_and_all_inf() -> None:
     assert pick_winner(["a", "b"], [math.inf, math.inf]) is None
 
 
-def test_unknown_family_is_value_error_naming_it(tmp_path: Path) -> None:
-    trace = _write_rows(tmp_path / "t.jsonl", [(0, 10, 1)])
-    config = _trace_config(trace, ["constant_last", {"load_predictor": "bogus"}])
+def test_unknown_family_is_value_error_naming_it() -> None:
+    # the config already rejects the family; the sweep core must not score past one either
     with pytest.raises(ValueError, match="bogus"):
-        sweep_load_predictor(config, trace, ["throughput_180_5"])
+        sweep_windows({180: [Window(1, 10.0, 1.0)]}, ["constant_last", {"load_predictor": "bogus"}])
 
 
 # ---------------------------------------------------------------- trigger rules (§8.1)

@@ -12,9 +12,9 @@ from spica_core.evaluate.evaluator import EvalRequest, evaluate_one
 from spica_core.space.facts import backend_version
 from spica_core.space.parallel import ParallelConfig, Shape
 from spica_core.errors import PlannerConfigError
-from spica_core.planner.policy import Budget, PlannerPolicy, PlannerSettings, RoleCapability
+from spica_core.planner import Budget, PlannerPolicy, PlannerSettings, RoleCapability
 from spica_core.evaluate.profiles import EngineShape, profile_path
-from spica_core.evaluate.candidate import unroll_sample
+from spica_core.evaluate.candidate import Candidate
 from spica_core.evaluate.traces import write_sine_trace
 
 MODEL = "Qwen/Qwen3-32B"
@@ -148,17 +148,28 @@ def test_sla_mode_waits_for_min_observations(profile: str) -> None:
     assert p.on_tick(snap(20, busy))["target_decode"] == 3         # 6 ≥ 5: every engine misses 5 ms ITL
 
 
-def test_sla_one_hot_engine_does_not_scale_up(profile: str) -> None:
-    p = agg_policy("sla", profile=profile, max_kv=1_000_000, load_min_observations=1, itl_ms=15.0)
-    out = p.on_tick(snap(5, [fpm(kv=400_000, reqs=100), fpm(kv=4_000, reqs=1)]))
-    assert out["target_decode"] is None
+def test_sla_one_hot_engine_does_not_scale_up_but_all_hot_engines_do(profile: str) -> None:
+    hot, cold = fpm(kv=400_000, reqs=100), fpm(kv=4_000, reqs=1)
+
+    def decide(engines: list[dict[str, Any]]) -> tuple[int | None, list[float | None]]:
+        p = agg_policy("sla", profile=profile, max_kv=1_000_000, load_min_observations=1, itl_ms=15.0)
+        target = p.on_tick(snap(5, engines))["target_decode"]
+        return target, [p.estimator.itl("decode", f, 1, False) for f in engines]
+
+    target, itls = decide([hot, hot])
+    assert all(itl is not None and itl > 15.0 for itl in itls)
+    assert target == 3                                      # every engine misses the 15 ms ITL: one more
+    target, (hot_itl, cold_itl) = decide([hot, cold])
+    assert hot_itl is not None and cold_itl is not None and hot_itl > 15.0 > cold_itl
+    assert target is None                                   # one engine still meets it: hold at 2
+    assert decide([cold, cold])[0] == 1                     # both would meet it merged: consolidate
 
 
 def test_higher_sensitivity_scales_down_more_readily(profile: str) -> None:
     state = [fpm(kv=60_000, reqs=20), fpm(kv=60_000, reqs=20)]
     probe = agg_policy("sla", profile=profile, max_kv=1_000_000, load_min_observations=1)
     probe.on_tick(snap(5, state))
-    post = probe._itl("decode", state[0], 2.0, True)  # ITL if one engine took both loads
+    post = probe.estimator.itl("decode", state[0], 2.0, True)  # ITL if one engine took both loads
     assert post is not None
     itl_sla = post / 0.8  # post-consolidation ITL is 80 % of the SLA: 70 refuses, 90 allows
     decisions = {}
@@ -178,7 +189,8 @@ def test_throughput_target_is_demand_over_engine_capacity(profile: str) -> None:
         assert p.on_tick(snap(t, busy, traffic={"duration_s": 5.0, "num_req": 0}))["target_decode"] is None
     window = {"duration_s": 5.0, "num_req": 240, "avg_isl": 3000.0, "avg_osl": 300.0, "shape_count": 240}
     out = p.on_tick(snap(60, busy, traffic=window))
-    rps = p.engine_rps("decode", 3000.0, 300.0)
+    assert p.throughput is not None
+    rps = p.throughput.engine_rps("decode", 3000.0, 300.0)
     assert rps is not None and rps > 0
     assert out["target_decode"] == min(1 + 8, math.ceil(240 / 60.0 / rps))
     assert out["target_decode"] > 1
@@ -187,18 +199,25 @@ def test_throughput_target_is_demand_over_engine_capacity(profile: str) -> None:
 # ---------------------------------------------------------------- in the loop
 
 
-def test_sine_wave_load_scaling_scales_up_and_down_and_saves_gpu_hours(tmp_path: Path) -> None:
-    trace = write_sine_trace(tmp_path / "sine.jsonl", duration_s=900, base_rps=3.0, amplitude_rps=2.5,
-                             period_s=450, isl=3000, osl=300, seed=1)
-    space = {"model_name": MODEL, "hardware_sku": "h200_sxm", "deployment_mode": ["agg"], "gpu_budget": 16,
+def sine_config(tmp_path: Path, mode: str, *, duration_s: float, period_s: float, seed: int,
+                **engines: list[int]) -> SmartSearchConfig:
+    """A load-scaling (load_180_5) search over a sine-wave trace, 16 GPUs, SLA 1000 ms TTFT / 20 ms ITL."""
+    trace = write_sine_trace(tmp_path / "sine.jsonl", duration_s=duration_s, base_rps=3.0, amplitude_rps=2.5,
+                             period_s=period_s, isl=3000, osl=300, seed=seed)
+    space = {"model_name": MODEL, "hardware_sku": "h200_sxm", "deployment_mode": [mode], "gpu_budget": 16,
              "router_mode": ["round_robin"], "planner_scaling_policy": ["load_180_5"],
              "planner_fpm_sampling": ["default"], "planner_load_sensitivity": ["default"], "startup_time": 30.0,
-             "agg_max_num_batched_tokens": [8192], "agg_max_num_seqs": [256]}
-    cfg = SmartSearchConfig.from_dict({"search_space": space, "workload": {"trace_path": str(trace)},
-                                       "goal": {"target": "goodput_per_gpu", "sla": {"ttft_ms": 1000, "itl_ms": 20}}})
-    scaled = unroll_sample(cfg.search_space, {"deployment_mode": "agg"}, ParallelConfig.from_dict("agg", {"tp": 2}))
-    static = unroll_sample(cfg.search_space.model_copy(update={"planner_scaling_policy": ["disabled"]}),
-                           {"deployment_mode": "agg"}, ParallelConfig.from_dict("agg", {"tp": 2, "replicas": 8}))
+             **engines}
+    return SmartSearchConfig.from_dict({"search_space": space, "workload": {"trace_path": str(trace)},
+                                        "goal": {"target": "goodput_per_gpu", "sla": {"ttft_ms": 1000, "itl_ms": 20}}})
+
+
+def test_sine_wave_load_scaling_scales_up_and_down_and_saves_gpu_hours(tmp_path: Path) -> None:
+    cfg = sine_config(tmp_path, "agg", duration_s=900, period_s=450, seed=1,
+                      agg_max_num_batched_tokens=[8192], agg_max_num_seqs=[256])
+    scaled = Candidate.unroll(cfg.search_space, {"deployment_mode": "agg"}, ParallelConfig.from_dict("agg", {"tp": 2}))
+    static = Candidate.unroll(cfg.search_space.model_copy(update={"planner_scaling_policy": ["disabled"]}),
+                              {"deployment_mode": "agg"}, ParallelConfig.from_dict("agg", {"tp": 2, "replicas": 8}))
     dyn = evaluate_one(EvalRequest.from_config(cfg, scaled))
     fixed = evaluate_one(EvalRequest.from_config(cfg, static))
     assert dyn.status == fixed.status == "feasible", (dyn.reason, fixed.reason)
@@ -212,16 +231,11 @@ def test_sine_wave_load_scaling_scales_up_and_down_and_saves_gpu_hours(tmp_path:
 
 
 def test_disagg_load_scaling_moves_the_prefill_pool_in_a_real_replay(tmp_path: Path) -> None:
-    trace = write_sine_trace(tmp_path / "sine.jsonl", duration_s=600, base_rps=3.0, amplitude_rps=2.5,
-                             period_s=600, isl=3000, osl=300, seed=2)
-    space = {"model_name": MODEL, "hardware_sku": "h200_sxm", "deployment_mode": ["disagg"], "gpu_budget": 16,
-             "router_mode": ["round_robin"], "planner_scaling_policy": ["load_180_5"],
-             "planner_fpm_sampling": ["default"], "planner_load_sensitivity": ["default"], "startup_time": 30.0,
-             "prefill_max_num_batched_tokens": [8192], "prefill_max_num_seqs": [4], "decode_max_num_seqs": [256]}
-    cfg = SmartSearchConfig.from_dict({"search_space": space, "workload": {"trace_path": str(trace)},
-                                       "goal": {"target": "goodput_per_gpu", "sla": {"ttft_ms": 1000, "itl_ms": 20}}})
+    cfg = sine_config(tmp_path, "disagg", duration_s=600, period_s=600, seed=2, prefill_max_num_batched_tokens=[8192],
+                      prefill_max_num_seqs=[4], decode_max_num_seqs=[256])
     pc = ParallelConfig.from_dict("disagg", {"prefill": {"tp": 2}, "decode": {"tp": 2}})
-    out = evaluate_one(EvalRequest.from_config(cfg, unroll_sample(cfg.search_space, {"deployment_mode": "disagg"}, pc)))
+    candidate = Candidate.unroll(cfg.search_space, {"deployment_mode": "disagg"}, pc)
+    out = evaluate_one(EvalRequest.from_config(cfg, candidate))
     assert out.status == "feasible", out.reason
     prefill_moves = [(d["from"]["prefill"], d["to"]["prefill"]) for d in out.planner["decisions"]]
     assert any(b > a for a, b in prefill_moves)

@@ -7,17 +7,15 @@ from typing import Any
 
 import pytest
 
-from spica_core.config.model import SmartSearchConfig
+from spica_core.config import SmartSearchConfig
+from spica_core.evaluate import Candidate, EvalRequest, Outcome, evaluate_one, sla_kwargs
 from spica_core.evaluate.engine_args import build_engine_args, router_kwargs
-from spica_core.evaluate.evaluator import EvalRequest, Outcome, evaluate_one
-from spica_core.evaluate.scoring import sla_kwargs
-from spica_core.space.facts import backend_version
-from spica_core.space.parallel import ParallelConfig, Shape
 from spica_core.evaluate.profiles import EngineShape, step_engine
 from spica_core.evaluate.replay import ReplaySpec, run_replay
-from spica_core.evaluate.candidate import add_run_fields, unroll_sample
 from spica_core.evaluate.traces import write_poisson_trace
 from spica_core.evaluate.workload import replay_workload
+from spica_core.space.facts import backend_version
+from spica_core.space.parallel import ParallelConfig, Shape
 
 MODEL = "Qwen/Qwen3-32B"
 
@@ -51,8 +49,8 @@ def config(trace: Path, goal: dict[str, Any] | None = None, mode: str = "agg", *
 
 def evaluate(cfg: SmartSearchConfig, pc: dict[str, Any], **kw: Any) -> Outcome:
     mode = cfg.search_space.deployment_mode[0]
-    sample = unroll_sample(cfg.search_space, {"deployment_mode": mode}, ParallelConfig.from_dict(mode, pc))
-    out = evaluate_one(EvalRequest.from_config(cfg, sample, trace_file=cfg.workload.trace_path, **kw))
+    candidate = Candidate.unroll(cfg.search_space, {"deployment_mode": mode}, ParallelConfig.from_dict(mode, pc))
+    out = evaluate_one(EvalRequest.from_config(cfg, candidate, trace_file=cfg.workload.trace_path, **kw))
     assert out.status == "feasible", out.reason
     return out
 
@@ -96,14 +94,15 @@ def test_kv_router_raises_prefix_hit_rate_over_round_robin(traces: dict[str, Pat
 def test_disagg_ttft_includes_the_kv_transfer(traces: dict[str, Path]) -> None:
     cfg = config(traces["sparse"], mode="disagg")
     pc = ParallelConfig.from_dict("disagg", {"prefill": {"tp": 2}, "decode": {"tp": 2}})
-    sample = add_run_fields(unroll_sample(cfg.search_space, {"deployment_mode": "disagg"}, pc),
-                            backend_version=backend_version("h200_sxm", "vllm"))
-    roles = build_engine_args(sample)
+    candidate = Candidate.unroll(cfg.search_space, {"deployment_mode": "disagg"}, pc).resolved(
+        backend_version=backend_version("h200_sxm", "vllm"))
+    roles = build_engine_args(candidate)
     eng = roles["prefill"].payload["engine"]
     bpt, bw = eng["kv_transfer_bytes_per_token"], eng["kv_transfer_bandwidth"]
 
     def replay(roles_: dict[str, Any]) -> dict[str, Any]:
-        spec = ReplaySpec(roles_, replay_workload(cfg.workload), router_kwargs(sample), capture_per_request=True)
+        spec = ReplaySpec(roles_, replay_workload(cfg.workload), router_kwargs(candidate.router),
+                          capture_per_request=True)
         return run_replay(spec)
 
     with_transfer = replay(roles)

@@ -1,4 +1,4 @@
-"""The flat unrolled sample (§9.1): exactly the keys that apply, never sentinels."""
+"""The typed candidate and its wire format, the flat unrolled sample (§9.1): exactly the keys that apply."""
 from __future__ import annotations
 
 from typing import Any
@@ -8,7 +8,16 @@ import pytest
 from spica_core.config.model import SmartSearchConfig
 from spica_core.errors import SpicaError
 from spica_core.space.parallel import ParallelConfig
-from spica_core.evaluate.candidate import add_run_fields, parallel_from_sample, unroll_sample
+from spica_core.evaluate.candidate import Candidate, KVLoad, LoadPredictorChoice
+
+
+def unroll_sample(space: Any, selection: dict[str, Any], parallel: ParallelConfig,
+                  winners: dict[int, Any] | None = None) -> dict[str, Any]:
+    """The wire format of an unrolled candidate; every sample must also read back into the same candidate."""
+    candidate = Candidate.unroll(space, selection, parallel, winners)
+    sample = candidate.to_sample()
+    assert Candidate.from_sample(sample) == candidate
+    return sample
 
 PINNED = {"model_name", "hardware_sku", "gpu_budget", "min_gpu_budget", "min_endpoint", "context_length",
           "startup_time", "aic_nextn", "num_g2_blocks", "kv_bytes_per_token", "bandwidth_g1_to_g2_gbps",
@@ -82,19 +91,15 @@ def test_cache_hit_weights_absent_without_host_offload() -> None:
     assert s["overlap_score_credit"] == 1.0
 
 
-class _Result:
-    best_by_interval = {180: "kalman_reactive_log1p", 600: "prophet_w20_raw"}
-
-
 def test_throughput_policy_gets_only_its_predictor_family_fields() -> None:
     sel = {"deployment_mode": "agg", "router_mode": "round_robin", "planner_scaling_policy": "hybrid_180_5",
            "planner_fpm_sampling": "default", "planner_load_sensitivity": "aggressive",
            "agg_max_num_batched_tokens": 8192, "agg_max_num_seqs": 256}
-    s = unroll_sample(space(), sel, AGG, _Result())
+    s = unroll_sample(space(), sel, AGG, {180: "kalman_reactive_log1p", 600: "prophet_w20_raw"})
     assert (s["load_predictor"], s["load_predictor_log1p"]) == ("kalman", True)
     assert (s["kalman_q_level"], s["kalman_q_trend"], s["kalman_r"], s["kalman_min_points"]) == (10.0, 1.0, 5.0, 3)
     assert "prophet_window_size" not in s
-    s600 = unroll_sample(space(), {**sel, "planner_scaling_policy": "throughput_600_5"}, AGG, {"600": "prophet_w20_raw"})
+    s600 = unroll_sample(space(), {**sel, "planner_scaling_policy": "throughput_600_5"}, AGG, {600: "prophet_w20_raw"})
     assert (s600["load_predictor"], s600["prophet_window_size"]) == ("prophet", 20)
     assert not any(k.startswith("kalman_") for k in s600)
 
@@ -120,17 +125,40 @@ def test_mode_mismatch_is_an_error() -> None:
         unroll_sample(space(), {"deployment_mode": "disagg"}, AGG)
 
 
-def test_add_run_fields_and_parallel_round_trip() -> None:
+def test_resolved_run_fields_and_round_trip() -> None:
     sel = {"deployment_mode": "disagg", "router_mode": "round_robin", "planner_scaling_policy": "disabled",
            "prefill_max_num_batched_tokens": 8192, "prefill_max_num_seqs": 4, "decode_max_num_batched_tokens": 8192,
            "decode_max_num_seqs": 256}
-    s = unroll_sample(space(deployment_mode=["disagg"]), sel, DISAGG)
-    assert parallel_from_sample(s) == DISAGG
-    s2 = add_run_fields(s, backend_version="0.24.0",
-                        kv_load={"kv_load_ratio": 0.5, "concurrency": 7, "kv_load_concurrency_capacity": 14,
-                                 "kv_load_capacity_tokens": 1000, "prefill_kv_capacity_tokens": 10,
-                                 "decode_kv_capacity_tokens": 1000})
+    c = Candidate.unroll(space(deployment_mode=["disagg"]), sel, DISAGG)
+    assert c.parallel == DISAGG and c.roles == ("prefill", "decode") and c.used_gpus == 6
+    s = c.to_sample()
+    kv = KVLoad(0.5, 1000, 14, {"prefill": 10, "decode": 1000})
+    s2 = c.resolved(backend_version="0.24.0", concurrency=7, kv_load=kv).to_sample()
     assert s2["backend_version"] == "0.24.0" and s2["concurrency"] == 7 and s2["kv_load_ratio"] == 0.5
+    assert (s2["kv_load_capacity_tokens"], s2["kv_load_concurrency_capacity"]) == (1000, 14)
+    assert (s2["prefill_kv_capacity_tokens"], s2["decode_kv_capacity_tokens"]) == (10, 1000)
     assert "agg_kv_capacity_tokens" not in s2 and "backend_version" not in s
-    assert add_run_fields(s, backend_version="x", concurrency=32)["concurrency"] == 32
-    assert "concurrency" not in add_run_fields(s, backend_version="x")
+    assert set(s2) - set(s) == {"backend_version", "concurrency", "kv_load_ratio", "kv_load_capacity_tokens",
+                                "kv_load_concurrency_capacity", "prefill_kv_capacity_tokens",
+                                "decode_kv_capacity_tokens"}
+    assert c.resolved(backend_version="x", concurrency=32).to_sample()["concurrency"] == 32
+    assert "concurrency" not in c.resolved(backend_version="x").to_sample()
+    assert Candidate.from_sample(s2) == c.resolved(backend_version="0.24.0", concurrency=7, kv_load=kv)
+
+
+def test_typed_fields_mirror_the_sample() -> None:
+    sp = space(num_g2_blocks=1000, kv_bytes_per_token=262144)
+    sel = {"deployment_mode": "agg", "router_mode": "kv_router", "overlap_score_credit": 0.5,
+           "prefill_load_scale": 2.0, "router_temperature": 0.2, "host_cache_hit_weight": 1.0,
+           "disk_cache_hit_weight": 0.0, "planner_scaling_policy": "throughput_180_5",
+           "planner_fpm_sampling": "large", "planner_load_sensitivity": "default",
+           "agg_max_num_batched_tokens": 16384, "agg_max_num_seqs": 512}
+    c = Candidate.unroll(sp, sel, AGG, {180: "prophet_w50_log1p"})
+    assert (c.engines["agg"].max_num_seqs, c.engines["agg"].max_num_batched_tokens) == (512, 16384)
+    assert c.router.weights() == {"overlap_score_credit": 0.5, "prefill_load_scale": 2.0, "router_temperature": 0.2,
+                                  "host_cache_hit_weight": 1.0, "disk_cache_hit_weight": 0.0}
+    assert c.offload.enabled and c.offload.kv_bytes_per_token == 262144
+    p = c.planner
+    assert p.enable_throughput_scaling and not p.enable_load_scaling and p.max_num_fpm_samples == 128
+    assert p.load_predictor == LoadPredictorChoice("prophet", True, prophet_window_size=50)
+    assert Candidate.from_sample(c.to_sample()) == c

@@ -4,21 +4,22 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
 import pytest
 
-from spica_core.run.catalog import RunDir
-from spica_core.space.branches import enumerate_branches
 from spica_core.config.model import SmartSearchConfig
-from spica_core.evaluate.evaluator import EvalRequest, Outcome, SequentialEvaluator
-from spica_core.search.rounds import (
-    EvalCache, SearchContext, Tally, build_candidate, candidates_from_rows, merge, run_round, run_thorough_round,
-    thorough_candidates, thorough_size,
+from spica_core.evaluate import Candidate, EvalRequest, Outcome, SequentialEvaluator, Status
+from spica_core.run.catalog import RunDir
+from spica_core.search import (
+    EvalCache, SearchContext, Study, Tally, Trial, VizierSuggester, rank_trials, run_round,
+    thorough_proposals, thorough_size,
 )
+from spica_core.space.branches import Branch, enumerate_branches
+from spica_core.space.parallel import ParallelConfig
 from spica_core.space.projection import latent_params
-from spica_core.search.study import Study
 
 SPACE: dict[str, Any] = {
     "model_name": "Qwen/Qwen3-32B", "hardware_sku": "h200_sxm", "gpu_budget": 8, "deployment_mode": ["agg"],
@@ -54,30 +55,31 @@ def branch_of(config: SmartSearchConfig, mode: str = "agg"):  # type: ignore[no-
 def test_thorough_enumerates_every_candidate_once_in_canonical_order() -> None:
     config = make({"agg_max_num_seqs": [256, 512]}, sweep={"policy": "thorough"})
     branch = branch_of(config)
-    cands = list(thorough_candidates(branch))
+    cands = list(thorough_proposals(branch))
     assert len(cands) == thorough_size(branch) == 15 * 2  # 15 agg configs on 8 GPUs × 2 batch sizes
     keys = [(c.parallel.to_dict()["tp"], c.parallel.to_dict()["replicas"], c.selection["agg_max_num_seqs"])
             for c in cands]
     assert len(set(keys)) == len(keys)
-    assert cands == list(thorough_candidates(branch))  # deterministic
+    assert cands == list(thorough_proposals(branch))  # deterministic
     assert cands[0].selection == {"deployment_mode": "agg", "backend": "vllm", "agg_max_num_seqs": 256,
                                   "agg_max_num_batched_tokens": 8192, "router_mode": "round_robin",
                                   "planner_scaling_policy": "disabled"}
 
 
-def thorough_optimum(config: SmartSearchConfig) -> tuple[float, list[dict[str, Any]]]:
+def run_rounds(branch: Branch, context: SearchContext, rounds: int, cache: EvalCache | None = None) -> list[Trial]:
+    """Consecutive rounds of one branch, each resumed from the trials before it."""
+    trials: list[Trial] = []
+    cache = cache or EvalCache()
+    for round_no in range(rounds):
+        trials += run_round(branch, context, round_no, trials, SequentialEvaluator(), cache).trials
+    return trials
+
+
+def thorough_optimum(config: SmartSearchConfig) -> tuple[float, list[Trial]]:
     branch = branch_of(config)
-    context = SearchContext(config, None, None)
-    rows: list[dict[str, Any]] = []
-    cache = EvalCache()
-    start, round_no = 0, 0
-    while start < thorough_size(branch):
-        result = run_thorough_round(branch, context, round_no, start, SequentialEvaluator(), cache)
-        rows += result.rows
-        start += len(result.rows)
-        round_no += 1
-    best = max(r["score"] for r in rows if r["status"] == "feasible")
-    return best, rows
+    trials = run_rounds(branch, SearchContext(config, None, None), -(-thorough_size(branch) // config.sweep.per_round))
+    best = max(t.score for t in trials if t.status is Status.feasible)  # type: ignore[type-var]
+    return best, trials
 
 
 def test_cache_answers_a_repeated_candidate_without_a_replay() -> None:
@@ -85,12 +87,12 @@ def test_cache_answers_a_repeated_candidate_without_a_replay() -> None:
     branch = branch_of(config)
     context = SearchContext(config, None, None)
     cache = EvalCache()
-    first = run_thorough_round(branch, context, 0, 0, CountingEvaluator(), cache)
+    first = run_round(branch, context, 0, [], CountingEvaluator(), cache)
     again_eval = CountingEvaluator()
-    again = run_thorough_round(branch, context, 0, 0, again_eval, cache)
+    again = run_round(branch, context, 0, [], again_eval, cache)
     assert again_eval.evaluated == []
-    assert [r["cache_hit"] for r in again.rows] == [True, True, True]
-    assert [r["score"] for r in again.rows] == [r["score"] for r in first.rows]
+    assert [t.cache_hit for t in again.trials] == [True, True, True]
+    assert [t.score for t in again.trials] == [t.score for t in first.trials]
     # a different run context (another goal) is a different key: no hit
     other = SearchContext(make(sweep={"policy": "thorough", "candidates_per_round": 3},
                                goal={"target": "throughput"}), None, None)
@@ -107,10 +109,10 @@ def test_round_counts_unique_successes_and_dedupes_projection_collisions() -> No
     assert len(evaluator.evaluated) == 1  # one replay, everything else answered from cache / as duplicates
     assert result.unique == 1 and result.attempts == 22  # the 11 × per_round attempt cap
     assert result.stalled and "stopped early: projection stalled after 22 Vizier trial(s)" in result.message
-    tally = Tally.of(result.rows)
+    tally = Tally.of(result.trials)
     assert (tally.feasible, tally.cache_hits, tally.attempts) == (1, 21, 22)
-    dup = [r for r in result.rows if r["duplicate_of"] is not None]
-    assert dup and all(r["duplicate_of"] == 0 and r["score"] == result.rows[0]["score"] for r in dup)
+    dup = [t for t in result.trials if t.duplicate_of is not None]
+    assert dup and all(t.duplicate_of == 0 and t.score == result.trials[0].score for t in dup)
 
 
 def test_infeasible_candidates_are_recorded_with_their_reason_and_told_to_the_study() -> None:
@@ -120,8 +122,8 @@ def test_infeasible_candidates_are_recorded_with_their_reason_and_told_to_the_st
     branch = branch_of(config)
     result = run_round(branch, SearchContext(config, None, None), 0, [], CountingEvaluator(), EvalCache())
     assert result.unique == 0 and result.stalled
-    assert all(r["status"] == "infeasible" and "no KV" in r["reason"] for r in result.rows if not r["cache_hit"])
-    assert Tally.of(result.rows).top_reasons()[0][1] >= 1
+    assert all(t.status is Status.infeasible and "no KV" in t.reason for t in result.trials if not t.cache_hit)
+    assert Tally.of(result.trials).top_reasons()[0][1] >= 1
 
 
 def test_same_seed_config_and_trials_give_identical_rounds() -> None:
@@ -131,35 +133,40 @@ def test_same_seed_config_and_trials_give_identical_rounds() -> None:
     context = SearchContext(config, None, None)
     a = run_round(branch, context, 0, [], SequentialEvaluator(), EvalCache())
     b = run_round(branch, context, 0, [], SequentialEvaluator(), EvalCache())
-    assert [r["params_json"] for r in a.rows] == [r["params_json"] for r in b.rows]
-    a2 = run_round(branch, context, 1, a.rows, SequentialEvaluator(), EvalCache())
-    b2 = run_round(branch, context, 1, b.rows, SequentialEvaluator(), EvalCache())
-    assert [r["params_json"] for r in a2.rows] == [r["params_json"] for r in b2.rows]
+    assert [t.params for t in a.trials] == [t.params for t in b.trials]
+    a2 = run_round(branch, context, 1, a.trials, SequentialEvaluator(), EvalCache())
+    b2 = run_round(branch, context, 1, b.trials, SequentialEvaluator(), EvalCache())
+    assert [t.params for t in a2.trials] == [t.params for t in b2.trials]
     other = SearchContext(make(space={"agg_max_num_seqs": [256, 512, 1024]},
                                sweep={"candidates_per_round": 3, "algorithm": "QUASI_RANDOM_SEARCH", "seed": 6}),
                           None, None)
     c = run_round(branch, other, 0, [], SequentialEvaluator(), EvalCache())
-    assert [r["params_json"] for r in c.rows] != [r["params_json"] for r in a.rows]
+    assert [t.params for t in c.trials] != [t.params for t in a.trials]
 
 
 def test_projection_record_is_kept_with_requested_and_actual_features() -> None:
     config = make()
     branch = branch_of(config)
-    names = {p.name for p in latent_params(branch)}
     study = Study(latent_params(branch) + branch.knob_params(), constants=branch.constants())
     raw = {"used_gpu_ratio": 0.5, "agg_num_gpus_per_engine_target": 2}
-    cand = build_candidate(branch, names, raw, study.decode(raw))
-    assert cand.parallel.to_dict()["tp"] == 2 and cand.parallel.used_gpus == 4
-    record = json.loads(cand.projection.to_json())  # type: ignore[union-attr]
+    suggester = VizierSuggester(branch, [("objective", "max")], pareto=False, algorithm="DEFAULT", seed=0)
+    proposal = suggester.proposal(raw, study.decode(raw))
+    assert proposal.parallel.to_dict()["tp"] == 2 and proposal.parallel.used_gpus == 4
+    record = json.loads(proposal.projection.to_json())  # type: ignore[union-attr]
     assert record["requested_features"]["used_gpu_ratio"] == 0.5
     assert record["actual_features"]["used_gpu_ratio"] == 0.5 and record["mode_projected"] is False
 
 
-def rows_with(objectives: list[dict[str, float]]) -> list[dict[str, Any]]:
-    return [{"mode": "agg", "round": 0, "trial": i, "status": "feasible", "cache_hit": False, "duplicate_of": None,
-             "backend": "vllm", "parallel": "x", "used_gpus": 8, "score": o["throughput_per_gpu"],
-             "objectives_json": json.dumps(o), "metrics_json": "{}", "sample_json": "{}"}
-            for i, o in enumerate(objectives)]
+def candidate_on(gpus: int) -> Candidate:
+    pc = ParallelConfig.from_dict("agg", {"tp": 1, "replicas": gpus})
+    return Candidate.unroll(make().search_space, {"deployment_mode": "agg"}, pc)
+
+
+def trials_with(objectives: list[dict[str, float]], gpus: Sequence[int] | None = None) -> list[Trial]:
+    gpus = gpus or [8] * len(objectives)
+    return [Trial("agg", 0, i, Status.feasible, candidate_on(g).parallel, {}, {"backend": "vllm"},
+                  candidate=candidate_on(g), score=o["throughput_per_gpu"], objectives=o)
+            for i, (o, g) in enumerate(zip(objectives, gpus))]
 
 
 def test_pareto_merge_is_exactly_the_non_dominated_set() -> None:
@@ -168,8 +175,8 @@ def test_pareto_merge_is_exactly_the_non_dominated_set() -> None:
             for _ in range(60)]
     config = make(goal={"target": "pareto"}, workload={"isl": 100, "osl": 10, "concurrency": 4,
                                                         "num_request_ratio": 1})
-    front = merge(rows_with(objs), config)
-    got = [(c["objectives"]["throughput_per_gpu"], c["objectives"]["throughput_per_user"]) for c in front]
+    front = rank_trials(trials_with(objs), config)
+    got = [(c.objectives["throughput_per_gpu"], c.objectives["throughput_per_user"]) for c in front]  # type: ignore[index]
 
     def dominated(p: tuple[float, float]) -> bool:
         return any(q[0] >= p[0] and q[1] >= p[1] and q != p for q in
@@ -182,12 +189,13 @@ def test_pareto_merge_is_exactly_the_non_dominated_set() -> None:
 
 
 def test_scalar_merge_ranks_across_branches_by_score_then_gpus() -> None:
-    rows = rows_with([{"throughput_per_gpu": s, "throughput_per_user": 0.0} for s in (5.0, 9.0, 9.0)])
-    rows[1]["used_gpus"], rows[2]["used_gpus"], rows[2]["mode"] = 8, 4, "disagg"
-    ranked = merge(rows, make())
-    assert [(c["mode"], c["score"], c["used_gpus"]) for c in ranked] == \
-        [("disagg", 9.0, 4), ("agg", 9.0, 8), ("agg", 5.0, 8)]
-    assert len(candidates_from_rows(rows + [{**rows[0], "cache_hit": True}])) == 3  # hits are not candidates
+    trials = trials_with([{"throughput_per_gpu": s, "throughput_per_user": 0.0} for s in (5.0, 9.0, 9.0)],
+                         gpus=[8, 8, 4])
+    trials[2] = replace(trials[2], mode="disagg")
+    ranked = rank_trials(trials, make())
+    assert [(c.rank, c.mode, c.score, c.used_gpus, c.trial) for c in ranked] == \
+        [(1, "disagg", 9.0, 4, 2), (2, "agg", 9.0, 8, 1), (3, "agg", 5.0, 8, 0)]
+    assert len(rank_trials(trials + [replace(trials[0], cache_hit=True)], make())) == 3  # hits are not candidates
 
 
 @pytest.mark.slow
@@ -196,15 +204,9 @@ def test_default_designer_with_half_the_budget_is_within_2_percent_of_thorough()
     best, rows = thorough_optimum(make(sweep={"policy": "thorough", "candidates_per_round": 8}))
     assert len(rows) == 15
     config = make(sweep={"candidates_per_round": 4, "max_rounds": 2, "seed": 0})
-    branch = branch_of(config)
-    context = SearchContext(config, None, None)
-    cache = EvalCache()
-    history: list[dict[str, Any]] = []
-    for round_no in range(2):
-        result = run_round(branch, context, round_no, history, SequentialEvaluator(), cache)
-        history += result.rows
-    found = max(r["score"] for r in history if r["status"] == "feasible")
-    unique = sum(1 for r in history if r["status"] == "feasible" and not r["cache_hit"])
+    history = run_rounds(branch_of(config), SearchContext(config, None, None), 2)
+    found = max(t.score for t in history if t.status is Status.feasible)  # type: ignore[type-var]
+    unique = sum(1 for t in history if t.is_evaluated_success)
     assert unique <= 8
     assert found >= 0.98 * best, f"optimizer best {found} vs thorough {best}"
 
@@ -226,44 +228,45 @@ def test_round_task_resumes_a_finished_round_without_replaying(tmp_path: Path) -
     assert len(first_eval.evaluated) == 2 and RunDir(tmp_path).has("trials")
     again_eval = CountingEvaluator()
     again = round_task.fn(run, branch, 0, context, again_eval, EvalCache())
-    assert again_eval.evaluated == [] and [r["params_json"] for r in again.rows] == \
-        [r["params_json"] for r in first.rows]
+    assert again_eval.evaluated == [] and [t.params for t in again.trials] == [t.params for t in first.trials]
     stored = RunDir(tmp_path).rows("trials")
-    assert len(stored) == len(first.rows) and {r["round"] for r in stored} == {0}
+    assert len(stored) == len(first.trials) and {r["round"] for r in stored} == {0}
 
 
-def test_trial_rows_have_fixed_columns() -> None:
-    from spica_core.search.rounds import TRIALS_SCHEMA
+def test_trial_rows_have_fixed_columns_and_read_back_equal() -> None:
+    from spica_core.run.catalog import CATALOG
 
     config = make(space={"deployment_mode": ["agg"], "parallel_configs": [{"tp": 2}]},
                   sweep={"policy": "thorough"})
-    result = run_thorough_round(branch_of(config), SearchContext(config, None, None), 0, 0,
-                                SequentialEvaluator(), EvalCache())
-    row = result.rows[0]
-    assert set(row) == set(TRIALS_SCHEMA.names)
+    result = run_round(branch_of(config), SearchContext(config, None, None), 0, [], SequentialEvaluator(),
+                       EvalCache())
+    row = result.trials[0].to_row()
+    assert set(row) == set(CATALOG["trials"].schema.names)
     assert row["status"] == "feasible" and row["used_gpus"] == 2 and row["score"] > 0
     sample = json.loads(row["sample_json"])
     assert sample["tp"] == 2 and sample["backend_version"] == "0.24.0" and sample["concurrency"] == 16
-    assert list(itertools.islice(thorough_candidates(branch_of(config)), 5))[0].parallel.used_gpus == 2
+    assert Trial.from_row(row) == result.trials[0]
+    assert list(itertools.islice(thorough_proposals(branch_of(config)), 5))[0].parallel.used_gpus == 2
 
 
 def test_a_non_finite_objective_becomes_infeasible() -> None:
-    from spica_core.search.rounds import finite_or_infeasible
+    from spica_core.search import finite_or_infeasible
 
     context = SearchContext(make(goal={"target": "e2e_latency"}), None, None)
-    bad = finite_or_infeasible(context, Outcome("feasible", score=float("-inf"), metrics={}))
-    assert bad.status == "infeasible" and "non-finite objective" in bad.reason
-    good = finite_or_infeasible(context, Outcome("feasible", score=-812.5))
-    assert good.status == "feasible" and good.score == -812.5
+    cand = candidate_on(1)
+    bad = finite_or_infeasible(context, Outcome(Status.feasible, cand, score=float("-inf"), metrics={}))
+    assert bad.status is Status.infeasible and "non-finite objective" in bad.reason
+    good = finite_or_infeasible(context, Outcome(Status.feasible, cand, score=-812.5))
+    assert good.status is Status.feasible and good.score == -812.5
     pareto = SearchContext(make(goal={"target": "pareto"}, workload={"isl": 100, "osl": 10, "concurrency": 4,
                                                                       "num_request_ratio": 1}), None, None)
-    nan = finite_or_infeasible(pareto, Outcome("feasible", score=1.0, objectives={
+    nan = finite_or_infeasible(pareto, Outcome(Status.feasible, cand, score=1.0, objectives={
         "throughput_per_gpu": 1.0, "throughput_per_user": float("nan")}))
-    assert nan.status == "infeasible"
+    assert nan.status is Status.infeasible
 
 
 def test_round_plan_rapid_and_thorough() -> None:
-    from spica_core.search.rounds import round_plan
+    from spica_core.search import round_plan
 
     rapid = make(sweep={"max_rounds": 3, "candidates_per_round": 4})
     assert round_plan([branch_of(rapid)], rapid) == ({"agg": 3}, 12)
@@ -303,23 +306,23 @@ def test_an_interrupted_round_resumes_without_repeating_finished_evaluations(tmp
 
     straight_eval = CountingEvaluator()
     straight = round_task.fn(run_in(tmp_path / "a"), branch, 0, context, straight_eval, EvalCache())
-    asks = max(r["ask"] for r in straight.rows) + 1
+    asks = max(t.ask for t in straight.trials) + 1
     assert asks >= 3  # collisions make this round ask Vizier several times
 
     killed = InterruptedEvaluator(fail_at=2)  # the second ask that needs a replay
     with pytest.raises(KeyboardInterrupt):
         round_task.fn(run_in(tmp_path / "b"), branch, 0, context, killed, EvalCache())
     kept = RunDir(tmp_path / "b").rows("trials")
-    assert kept and {r["ask"] for r in kept} < {r["ask"] for r in straight.rows}  # finished asks were written
+    assert kept and {r["ask"] for r in kept} < {t.ask for t in straight.trials}  # finished asks were written
     assert len(killed.evaluated) > 0
 
     resumed_eval = CountingEvaluator()
     resumed = round_task.fn(run_in(tmp_path / "b"), branch, 0, context, resumed_eval,
-                            EvalCache.from_rows(kept))
+                            EvalCache.of([Trial.from_row(r) for r in kept]))
     assert len(killed.evaluated) + len(resumed_eval.evaluated) == len(straight_eval.evaluated)
-    assert [r["params_json"] for r in resumed.rows] == [r["params_json"] for r in straight.rows]
-    assert [(r["status"], r["cache_hit"], r["ask"]) for r in resumed.rows] == \
-        [(r["status"], r["cache_hit"], r["ask"]) for r in straight.rows]
+    assert [t.params for t in resumed.trials] == [t.params for t in straight.trials]
+    assert [(t.status, t.cache_hit, t.ask) for t in resumed.trials] == \
+        [(t.status, t.cache_hit, t.ask) for t in straight.trials]
     timeless = [{k: v for k, v in r.items() if k not in ("eval_seconds", "replay_seconds")}
                 for r in RunDir(tmp_path / "b").rows("trials")]
     assert timeless == [{k: v for k, v in r.items() if k not in ("eval_seconds", "replay_seconds")}

@@ -9,23 +9,25 @@ from typing import Any, Final
 DEPLOYMENT_MODES: Final = ("disagg", "agg")
 BACKENDS: Final = ("vllm", "sglang", "trtllm")
 
+
 # ---------------------------------------------------------------- composite presets (§3.1–§3.4)
 
+def _scaling(throughput: bool, load: bool, throughput_interval: int | None, load_interval: int | None
+             ) -> dict[str, Any]:
+    """The four planner fields of one scaling policy."""
+    return {"enable_throughput_scaling": throughput, "enable_load_scaling": load,
+            "throughput_adjustment_interval_seconds": throughput_interval,
+            "load_adjustment_interval_seconds": load_interval}
+
+
 SCALING_POLICIES: Final[dict[str, dict[str, Any]]] = {
-    "disabled": {"enable_throughput_scaling": False, "enable_load_scaling": False,
-                 "throughput_adjustment_interval_seconds": None, "load_adjustment_interval_seconds": None},
-    "throughput_180_5": {"enable_throughput_scaling": True, "enable_load_scaling": False,
-                         "throughput_adjustment_interval_seconds": 180, "load_adjustment_interval_seconds": 5},
-    "throughput_600_5": {"enable_throughput_scaling": True, "enable_load_scaling": False,
-                         "throughput_adjustment_interval_seconds": 600, "load_adjustment_interval_seconds": 5},
-    "load_180_5": {"enable_throughput_scaling": False, "enable_load_scaling": True,
-                   "throughput_adjustment_interval_seconds": 180, "load_adjustment_interval_seconds": 5},
-    "load_180_10": {"enable_throughput_scaling": False, "enable_load_scaling": True,
-                    "throughput_adjustment_interval_seconds": 180, "load_adjustment_interval_seconds": 10},
-    "hybrid_180_5": {"enable_throughput_scaling": True, "enable_load_scaling": True,
-                     "throughput_adjustment_interval_seconds": 180, "load_adjustment_interval_seconds": 5},
-    "hybrid_600_5": {"enable_throughput_scaling": True, "enable_load_scaling": True,
-                     "throughput_adjustment_interval_seconds": 600, "load_adjustment_interval_seconds": 5},
+    "disabled": _scaling(False, False, None, None),
+    "throughput_180_5": _scaling(True, False, 180, 5),
+    "throughput_600_5": _scaling(True, False, 600, 5),
+    "load_180_5": _scaling(False, True, 180, 5),
+    "load_180_10": _scaling(False, True, 180, 10),
+    "hybrid_180_5": _scaling(True, True, 180, 5),
+    "hybrid_600_5": _scaling(True, True, 600, 5),
 }
 
 FPM_SAMPLING: Final[dict[str, dict[str, Any]]] = {
@@ -80,6 +82,18 @@ COMPOSITE_DICT_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "load_predictor_candidates": ("load_predictor", "load_predictor_log1p", "prophet_window_size",
                                   "kalman_q_level", "kalman_q_trend", "kalman_r", "kalman_min_points"),
 }
+# The planner's type of each dict-entry field besides the predictor family; value ranges and
+# cross-field rules are left to Dynamo's PlannerConfig (§3.5).
+COMPOSITE_FIELD_TYPES: Final[dict[str, str]] = {
+    "enable_throughput_scaling": "a boolean", "enable_load_scaling": "a boolean",
+    "throughput_adjustment_interval_seconds": "an integer or null",
+    "load_adjustment_interval_seconds": "an integer or null",
+    "max_num_fpm_samples": "an integer", "fpm_sample_bucket_size": "an integer",
+    "load_scaling_down_sensitivity": "an integer", "load_min_observations": "an integer",
+    "load_predictor_log1p": "a boolean", "prophet_window_size": "an integer",
+    "kalman_q_level": "a number", "kalman_q_trend": "a number", "kalman_r": "a number",
+    "kalman_min_points": "an integer",
+}
 COMPOSITE_REQUIRED_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "planner_scaling_policy": COMPOSITE_DICT_KEYS["planner_scaling_policy"],
     "planner_fpm_sampling": COMPOSITE_DICT_KEYS["planner_fpm_sampling"],
@@ -129,12 +143,10 @@ def decode_composite(knob: str, entry: str | dict[str, Any]) -> dict[str, Any]:
     """Expand a preset id or a dict entry into its flat fields (a dict replaces, never merges)."""
     if isinstance(entry, dict):
         if knob == "planner_scaling_policy":
-            return {
-                "enable_throughput_scaling": bool(entry.get("enable_throughput_scaling", False)),
-                "enable_load_scaling": bool(entry.get("enable_load_scaling", False)),
-                "throughput_adjustment_interval_seconds": entry.get("throughput_adjustment_interval_seconds"),
-                "load_adjustment_interval_seconds": entry.get("load_adjustment_interval_seconds"),
-            }
+            return _scaling(bool(entry.get("enable_throughput_scaling", False)),
+                            bool(entry.get("enable_load_scaling", False)),
+                            entry.get("throughput_adjustment_interval_seconds"),
+                            entry.get("load_adjustment_interval_seconds"))
         return dict(entry)
     return dict(COMPOSITE_PRESETS[knob][entry])
 

@@ -1,7 +1,7 @@
 """SmartSearchConfig: the user's YAML as typed, validated, normalised objects (reference §1–§5).
 
 Every model forbids unknown keys. Loading turns pydantic's errors into :class:`Issue` records
-that name the YAML path, the offending value and what is allowed.
+that name the YAML path, the offending value and what is allowed (``issues.py``).
 """
 from __future__ import annotations
 
@@ -22,17 +22,19 @@ from pydantic import (
     StrictInt,
     Tag,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from spica_core.config.knobs import (
     COMPOSITE_DICT_KEYS,
+    COMPOSITE_FIELD_TYPES,
     COMPOSITE_PRESETS,
     COMPOSITE_REQUIRED_KEYS,
     KNOB_DEFAULTS,
+    PREDICTOR_FAMILIES,
     SEARCH_CHOICES,
-    decode_composite,
 )
 from spica_core.errors import ConfigError, FieldError, Issue
 
@@ -80,6 +82,29 @@ def _dedupe(values: list[Any]) -> list[Any]:
     return seen
 
 
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_HAS_TYPE: dict[str, Callable[[Any], bool]] = {
+    "a boolean": lambda v: isinstance(v, bool),
+    "an integer": _is_integer,
+    "an integer or null": lambda v: v is None or _is_integer(v),
+    "a number": lambda v: _is_integer(v) or isinstance(v, float),
+}
+
+
+def _check_dict_values(entry: dict[str, Any]) -> None:
+    """The predictor family and each value's type, so a bad entry fails here, not in a worker."""
+    for key, value in entry.items():
+        if key == "load_predictor":
+            if value not in PREDICTOR_FAMILIES:
+                raise FieldError(key, f"unknown load predictor family; allowed: {list(PREDICTOR_FAMILIES)}",
+                                 value, True)
+        elif not _HAS_TYPE[COMPOSITE_FIELD_TYPES[key]](value):
+            raise FieldError(key, f"must be {COMPOSITE_FIELD_TYPES[key]}", value, True)
+
+
 def _composite_entry(knob: str) -> Callable[[Any], Any]:
     presets = COMPOSITE_PRESETS[knob]
     allowed_keys = COMPOSITE_DICT_KEYS[knob]
@@ -100,6 +125,7 @@ def _composite_entry(knob: str) -> Callable[[Any], Any]:
             if missing:
                 raise ValueError(f"missing key(s) {missing}: a dict entry must be self-contained "
                                  f"(required: {list(required)})")
+            _check_dict_values(entry)
             return entry
         raise ValueError(f"must be a preset id {list(presets)} or a dict with keys {list(allowed_keys)}")
 
@@ -137,13 +163,14 @@ class DisaggParallel(_Model):
 
 
 def _parallel_kind(value: Any) -> str:
-    if isinstance(value, dict) and ("prefill" in value or "decode" in value):
-        return "disagg"
-    if isinstance(value, (ParallelShape,)):
-        return "agg"
-    if isinstance(value, DisaggParallel):
+    """Which mode an entry is shaped for: roles (prefill / decode) make it disagg."""
+    if isinstance(value, DisaggParallel) or (isinstance(value, dict) and ("prefill" in value or "decode" in value)):
         return "disagg"
     return "agg"
+
+
+_PIN_SHAPES = {"agg": "{tp: ..., attention_dp, moe_tp, moe_ep, pp, replicas}",
+               "disagg": "{prefill: {tp: ...}, decode: {tp: ...}}"}
 
 
 ParallelEntry = Annotated[
@@ -212,6 +239,21 @@ class SearchSpace(_Model):
     planner_load_sensitivity: _composite("planner_load_sensitivity")
     load_predictor_candidates: _composite("load_predictor_candidates")
 
+    @field_validator("parallel_configs", mode="before")
+    @classmethod
+    def _pins_fit_the_mode(cls, value: Any, info: ValidationInfo) -> Any:
+        """A pin shaped for the other mode, reported as written (before the model fills defaults)."""
+        modes = info.data.get("deployment_mode")
+        if not isinstance(value, list) or modes is None or len(modes) != 1:
+            return value
+        mode = modes[0]
+        for i, entry in enumerate(value):
+            if _parallel_kind(entry) != mode:
+                article = "an" if mode == "agg" else "a"
+                raise FieldError(f"[{i}]", f"deployment_mode is [{mode}], so {article} {mode} entry must look like "
+                                 f"{_PIN_SHAPES[mode]}", entry, True)
+        return value
+
     @model_validator(mode="after")
     def _rules(self) -> SearchSpace:
         if self.min_gpu_budget is not None and self.min_gpu_budget > self.gpu_budget:
@@ -230,18 +272,9 @@ class SearchSpace(_Model):
             if self.no_admission_control:
                 raise FieldError("no_admission_control", "must be false when router_mode includes kv_router "
                                  "(not supported by the Dynamo replay API)", True, True)
-        if self.parallel_configs:
-            if len(self.deployment_mode) != 1:
-                raise FieldError("deployment_mode", "must list exactly one mode when parallel_configs is set",
-                                 self.deployment_mode, True)
-            mode = self.deployment_mode[0]
-            want = DisaggParallel if mode == "disagg" else ParallelShape
-            for i, entry in enumerate(self.parallel_configs):
-                if not isinstance(entry, want):
-                    shape = ("{prefill: {tp: ...}, decode: {tp: ...}}" if mode == "disagg"
-                             else "{tp: ..., attention_dp, moe_tp, moe_ep, pp, replicas}")
-                    raise FieldError(f"parallel_configs[{i}]", f"a {mode} entry must look like {shape}",
-                                     entry.model_dump(), True)
+        if self.parallel_configs and len(self.deployment_mode) != 1:
+            raise FieldError("deployment_mode", "must list exactly one mode when parallel_configs is set",
+                             self.deployment_mode, True)
         return self
 
 
@@ -348,6 +381,15 @@ class SLATarget(_Model):
     @property
     def satisfies_goodput(self) -> bool:
         return self.e2e_ms is not None or (self.ttft_ms is not None and self.itl_ms is not None)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> SLATarget:
+        """Dynamo's replay refuses e2e together with ttft/itl, so a mixed SLA would be scored on part of it."""
+        if self.e2e_ms is not None and (self.ttft_ms is not None or self.itl_ms is not None):
+            raise FieldError("", "e2e_ms cannot be combined with ttft_ms or itl_ms (Dynamo's replay refuses the "
+                             "mix); set either e2e_ms alone, or ttft_ms and/or itl_ms",
+                             self.model_dump(exclude_none=True), True)
+        return self
 
 
 class OptimizationGoal(_Model):
@@ -476,6 +518,8 @@ class SmartSearchConfig(_Model):
         if not isinstance(data, dict):
             raise ConfigError(source, [Issue("", "the config must be a mapping with search_space, workload, "
                                              "goal and sweep", data, True)])
+        from spica_core.config.issues import issues_from  # issues.py imports the models defined here
+
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
@@ -497,88 +541,6 @@ class SmartSearchConfig(_Model):
     def normalised(self) -> dict[str, Any]:
         """The canonical JSON-able form: defaults filled, duplicates removed, injections applied."""
         return self.model_dump(mode="json")
-
-
-# ---------------------------------------------------------------- error translation
-
-
-def _format_loc(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part in ("agg", "disagg") and out.endswith("]"):
-            continue  # discriminator tags are not YAML keys
-        elif part in ("str", "dict[str,any]", "function-before[check()]", "function-after[check()]"):
-            continue
-        else:
-            out += f".{part}" if out else str(part)
-    return out
-
-
-_MODELS_AT: dict[str, type[BaseModel]] = {
-    "": SmartSearchConfig, "search_space": SearchSpace, "workload": Workload, "goal": OptimizationGoal,
-    "sweep": SweepConfig, "goal.sla": SLATarget,
-}
-
-
-def _allowed_keys(parent: str) -> list[str] | None:
-    import re
-
-    model = _MODELS_AT.get(parent)
-    if model is None and re.fullmatch(r"search_space\.parallel_configs\[\d+\](\.(prefill|decode))?", parent):
-        model = ParallelShape if parent.endswith(("prefill", "decode", "]")) else None
-        if parent.endswith("]"):
-            return list(ParallelShape.model_fields) + ["(disagg: prefill, decode)"]
-    return list(model.model_fields) if model else None
-
-
-def _lookup(data: Any, loc: tuple[Any, ...]) -> tuple[bool, Any]:
-    cur = data
-    for part in loc:
-        if isinstance(cur, dict) and part in cur:
-            cur = cur[part]
-        elif isinstance(cur, list) and isinstance(part, int) and part < len(cur):
-            cur = cur[part]
-        elif part in ("agg", "disagg"):
-            continue
-        else:
-            return False, None
-    return True, cur
-
-
-def issues_from(exc: ValidationError, data: Any) -> list[Issue]:
-    """Turn pydantic errors into YAML-path issues with value and allowed values."""
-    issues: list[Issue] = []
-    for err in exc.errors():
-        loc = tuple(err["loc"])
-        path = _format_loc(loc)
-        ctx_error = (err.get("ctx") or {}).get("error")
-        if isinstance(ctx_error, FieldError):
-            sub = ctx_error.rel_path
-            full = ".".join(p for p in (path, sub) if p).replace(".[", "[")
-            issues.append(Issue(full, ctx_error.message, ctx_error.value, ctx_error.has_value))
-            continue
-        msg = err["msg"]
-        if msg.startswith("Value error, "):
-            msg = msg[len("Value error, "):]
-        if err["type"] == "extra_forbidden":
-            parent = _format_loc(loc[:-1])
-            allowed = _allowed_keys(parent)
-            msg = "unknown key" + (f"; allowed keys: {allowed}" if allowed else "")
-            issues.append(Issue(path, msg))
-            continue
-        if err["type"] == "missing":
-            issues.append(Issue(path, "is required"))
-            continue
-        found, value = _lookup(data, loc)
-        issues.append(Issue(path, msg, value, found))
-    # de-duplicate (union branches can report the same path twice)
-    unique: list[Issue] = []
-    for issue in issues:
-        if issue not in unique:
-            unique.append(issue)
-    return unique
 
 
 __all__ = [

@@ -64,12 +64,15 @@ def filter_for_goal(config: SmartSearchConfig) -> PolicyFilter:
     if dropped:
         reason = (f"throughput-scaling policies need a goodput goal (planner target 'sla'); "
                   f"goal {goal.target.value} maps to planner target '{target}'")
-    if target == "sla" and goal.sla is not None and (goal.sla.ttft_ms is None or goal.sla.itl_ms is None):
+    sla = goal.sla
+    missing = [] if sla is None else [name for name in ("ttft_ms", "itl_ms") if getattr(sla, name) is None]
+    if target == "sla" and missing:
         scaling = [p for p in kept if any(scaling_flags(p))]
         kept = [p for p in kept if not any(scaling_flags(p))]
         dropped += scaling
         if scaling:
-            reason = "the planner's SLA target needs ttft_ms and itl_ms; an e2e-only SLA keeps only static policies"
+            reason = (f"the planner's SLA target needs ttft_ms and itl_ms, and goal.sla has no "
+                      f"{' or '.join(missing)}; only static policies are kept")
     if not kept:
         raise SpicaError(f"search_space.planner_scaling_policy: no policy is usable with goal "
                          f"{goal.target.value} ({reason}); add 'disabled' or a compatible policy")

@@ -1,9 +1,10 @@
 """Human summaries of a validated config (what ``spica validate`` prints)."""
 from __future__ import annotations
 
-from spica_core.config.pruning import branch_knob_choices
 from spica_core.config.model import SmartSearchConfig
 from spica_core.config.policies import filter_for_goal, planner_target, with_policies
+from spica_core.config.pruning import branch_knob_choices
+
 
 def searched_knobs(config: SmartSearchConfig) -> dict[str, int]:
     """Knob → number of choices, over the configured modes after dead-dimension pruning (§2.11).

@@ -1,144 +1,316 @@
-"""The flat unrolled sample (reference §9.1): one candidate as a plain dict a generator can read.
+"""The candidate every stage speaks: one deployment to replay, as a frozen typed value.
 
-The sample carries exactly the keys that apply to the candidate's mode, router and planner state;
-irrelevant knobs are absent (never a sentinel), so a downstream manifest generator never has to
-re-decode presets or guess which values were live.
+A :class:`Candidate` holds mode, backend and version, the parallel config, per-role engine knobs,
+the router, the planner and its load predictor. Its wire format, for the replay's inputs and for
+every file, is the flat unrolled sample of reference §9.1: ``to_sample()`` writes exactly the keys
+that apply (irrelevant knobs are absent, never sentinels) and ``from_sample()`` reads them back.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from spica_core.config.knobs import ENGINE_KNOBS, KV_ROUTER_KNOBS, decode_composite, predictor_fields
+from spica_core.config.knobs import decode_composite, predictor_fields
 from spica_core.config.model import SearchSpace
 from spica_core.errors import SpicaError
-from spica_core.space.parallel import ParallelConfig
+from spica_core.space.parallel import Mode, ParallelConfig
 
-PINNED_CONTEXT = ("model_name", "hardware_sku", "gpu_budget", "min_gpu_budget", "min_endpoint",
-                  "context_length", "startup_time", "aic_nextn")
-KV_MANAGER_FIELDS = ("num_g2_blocks", "kv_bytes_per_token", "bandwidth_g1_to_g2_gbps",
-                     "bandwidth_g2_to_g1_gbps", "offload_batch_size")
-ADMISSION_FIELDS = ("active_decode_blocks_threshold", "active_prefill_tokens_threshold",
-                    "active_prefill_tokens_threshold_frac", "no_admission_control")
-ENGINE_PINNED = ("block_size", "gpu_memory_utilization", "enable_prefix_caching")
-CACHE_HIT_FIELDS = ("host_cache_hit_weight", "disk_cache_hit_weight")
-PLANNER_INTERVALS = ("throughput_adjustment_interval_seconds", "load_adjustment_interval_seconds")
-
-# KV-load fields written by add_run_fields (§5.3)
-KV_LOAD_FIELDS = ("kv_load_ratio", "kv_load_concurrency_capacity", "kv_load_capacity_tokens",
-                  "prefill_kv_capacity_tokens", "decode_kv_capacity_tokens", "agg_kv_capacity_tokens")
+PolicyEntry = str | dict[str, Any]
+# The predictor sub-sweep's winner per throughput interval (seconds).
+PredictorWinners = Mapping[int, PolicyEntry]
 
 
-def _pick(space: SearchSpace, selection: Mapping[str, Any], knob: str) -> Any:
-    """The selection's value for a knob, or the knob's only value when the study did not declare it."""
-    if knob in selection:
-        return selection[knob]
-    values = getattr(space, knob)
-    if isinstance(values, list) and len(values) == 1:
-        return values[0]
-    raise SpicaError(f"selection has no value for '{knob}' and search_space.{knob} has {len(values)} values "
-                     f"({values}); pin it or let the study choose it")
+def roles_of(mode: str) -> tuple[str, ...]:
+    """The engine roles a mode deploys: ('agg',) or ('prefill', 'decode')."""
+    return ("agg",) if mode == "agg" else ("prefill", "decode")
 
 
-def _winner(load_predictor: Any, interval: Any) -> Any:
-    """The predictor sub-sweep's winning entry for a throughput interval, or None."""
-    if load_predictor is None or interval is None:
-        return None
-    table = getattr(load_predictor, "best_by_interval", load_predictor)
-    if not isinstance(table, Mapping):
-        return None
-    for key in (interval, int(interval), str(int(interval)), float(interval), str(interval)):
-        if key in table:
-            return table[key]
-    return None
+@dataclass(frozen=True)
+class Context:
+    """What the user pinned about the deployment, carried on every sample (None values included)."""
+
+    model_name: str
+    hardware_sku: str
+    gpu_budget: int
+    min_gpu_budget: int | None = None
+    min_endpoint: int | None = None
+    context_length: int | None = None
+    startup_time: float | None = None
+    aic_nextn: int | None = None
 
 
-def unroll_sample(space: SearchSpace, selection: Mapping[str, Any], parallel_config: ParallelConfig,
-                  load_predictor: Any = None) -> dict[str, Any]:
-    """Flatten a decoded selection plus its projected parallel config into the §9.1 sample.
+@dataclass(frozen=True)
+class HostOffload:
+    """The KV manager's G2 (host memory) tier; ``num_g2_blocks == 0`` means no offload."""
 
-    ``load_predictor`` is the sub-sweep result (an object with ``best_by_interval``, or that mapping
-    itself, keyed by the throughput interval); None when no predictor was swept.
-    """
-    mode = selection.get("deployment_mode", parallel_config.mode)
-    if mode != parallel_config.mode:
-        raise SpicaError(f"selection deployment_mode {mode!r} does not match the parallel config ({parallel_config.mode})")
-    out: dict[str, Any] = {"deployment_mode": mode, "backend": _pick(space, selection, "backend")}
+    num_g2_blocks: int = 0
+    kv_bytes_per_token: int | None = None
+    bandwidth_g1_to_g2_gbps: float | None = None
+    bandwidth_g2_to_g1_gbps: float | None = None
+    offload_batch_size: int | None = None
 
-    # 2. pinned context, None values included
-    for key in PINNED_CONTEXT + KV_MANAGER_FIELDS:
-        out[key] = getattr(space, key)
-
-    # 3. parallel fields
-    out.update(parallel_config.flat_fields())
-
-    # 4. engine knobs of the active branch only
-    roles = ("agg",) if mode == "agg" else ("prefill", "decode")
-    for knob in ENGINE_KNOBS[mode]:
-        out[knob] = int(_pick(space, selection, knob))
-    for role in roles:
-        for suffix in ENGINE_PINNED:
-            out[f"{role}_{suffix}"] = getattr(space, f"{role}_{suffix}")
-
-    # 5. router
-    router = _pick(space, selection, "router_mode")
-    out["router_mode"] = router
-    if router == "kv_router":
-        for knob in KV_ROUTER_KNOBS:
-            out[knob] = float(_pick(space, selection, knob))
-        if space.num_g2_blocks > 0:
-            for knob in CACHE_HIT_FIELDS:
-                out[knob] = float(_pick(space, selection, knob))
-        for key in ADMISSION_FIELDS:
-            out[key] = getattr(space, key)
-
-    # 6. planner
-    policy = _pick(space, selection, "planner_scaling_policy")
-    flags = decode_composite("planner_scaling_policy", policy)
-    out["planner_scaling_policy"] = policy
-    out["enable_throughput_scaling"] = bool(flags["enable_throughput_scaling"])
-    out["enable_load_scaling"] = bool(flags["enable_load_scaling"])
-    if out["enable_throughput_scaling"] or out["enable_load_scaling"]:
-        for key in PLANNER_INTERVALS:
-            out[key] = flags[key]
-        out.update(decode_composite("planner_fpm_sampling", _pick(space, selection, "planner_fpm_sampling")))
-        out.update(decode_composite("planner_load_sensitivity",
-                                    _pick(space, selection, "planner_load_sensitivity")))
-        if out["enable_throughput_scaling"]:
-            winner = _winner(load_predictor, flags["throughput_adjustment_interval_seconds"])
-            if winner is not None:
-                out.update(predictor_fields(winner))
-    return out
+    @property
+    def enabled(self) -> bool:
+        return self.num_g2_blocks > 0
 
 
-def add_run_fields(sample: Mapping[str, Any], *, backend_version: str, concurrency: int | None = None,
-                   kv_load: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Add what the search loop resolves after unrolling: backend_version, concurrency, KV-load fields."""
-    out = dict(sample)
-    out["backend_version"] = backend_version
-    if concurrency is not None:
-        out["concurrency"] = int(concurrency)
-    if kv_load:
-        for key in KV_LOAD_FIELDS:
-            if key in kv_load and kv_load[key] is not None:
-                out[key] = kv_load[key]
-        if "concurrency" in kv_load and kv_load["concurrency"] is not None:
-            out["concurrency"] = int(kv_load["concurrency"])
-    return out
+@dataclass(frozen=True)
+class EngineKnobs:
+    """One role's engine settings: the searched batching knobs and the pinned ones."""
+
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    block_size: int
+    gpu_memory_utilization: float
+    enable_prefix_caching: bool
 
 
-def roles_of(sample: Mapping[str, Any]) -> tuple[str, ...]:
-    """The engine roles a sample deploys: ('agg',) or ('prefill', 'decode')."""
-    return ("agg",) if sample["deployment_mode"] == "agg" else ("prefill", "decode")
+@dataclass(frozen=True)
+class Admission:
+    """Admission-control fields of the KV router branch (always unset: rejected at config time)."""
+
+    active_decode_blocks_threshold: int | None = None
+    active_prefill_tokens_threshold: int | None = None
+    active_prefill_tokens_threshold_frac: float | None = None
+    no_admission_control: bool = False
 
 
-def parallel_from_sample(sample: Mapping[str, Any]) -> ParallelConfig:
-    """Rebuild the ParallelConfig from a flat sample (the inverse of flat_fields)."""
-    keys = ("tp", "pp", "attention_dp", "moe_tp", "moe_ep", "replicas")
-    if sample["deployment_mode"] == "agg":
-        return ParallelConfig.from_dict("agg", {k: sample[k] for k in keys})
-    return ParallelConfig.from_dict("disagg", {role: {k: sample[f"{role}_{k}"] for k in keys}
-                                               for role in ("prefill", "decode")})
+@dataclass(frozen=True)
+class Router:
+    """Round robin, or the KV router with its weights (cache-hit weights only with host offload)."""
+
+    mode: str
+    overlap_score_credit: float | None = None
+    prefill_load_scale: float | None = None
+    router_temperature: float | None = None
+    host_cache_hit_weight: float | None = None
+    disk_cache_hit_weight: float | None = None
+    admission: Admission | None = None
+
+    @property
+    def is_kv(self) -> bool:
+        return self.mode == "kv_router"
+
+    def weights(self) -> dict[str, float]:
+        """The KvRouterConfig keyword arguments this router sets (present weights only)."""
+        return {name: value for name in WEIGHT_FIELDS if (value := getattr(self, name)) is not None}
 
 
-__all__ = ["unroll_sample", "add_run_fields", "roles_of", "parallel_from_sample", "KV_LOAD_FIELDS"]
+WEIGHT_FIELDS = ("overlap_score_credit", "prefill_load_scale", "router_temperature", "host_cache_hit_weight",
+                 "disk_cache_hit_weight")
+_PREDICTOR_OWN = ("prophet_window_size", "kalman_q_level", "kalman_q_trend", "kalman_r", "kalman_min_points")
+
+
+@dataclass(frozen=True)
+class LoadPredictorChoice:
+    """The planner's load predictor: a family, log1p, and only that family's own knobs."""
+
+    family: str
+    log1p: bool = False
+    prophet_window_size: int | None = None
+    kalman_q_level: float | None = None
+    kalman_q_trend: float | None = None
+    kalman_r: float | None = None
+    kalman_min_points: int | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The planner's flat predictor fields (``load_predictor``, ``load_predictor_log1p``, own knobs)."""
+        out: dict[str, Any] = {"load_predictor": self.family, "load_predictor_log1p": self.log1p}
+        out.update({k: v for k in _PREDICTOR_OWN if (v := getattr(self, k)) is not None})
+        return out
+
+    @classmethod
+    def from_fields(cls, flat: Mapping[str, Any]) -> LoadPredictorChoice:
+        return cls(family=str(flat["load_predictor"]), log1p=bool(flat["load_predictor_log1p"]),
+                   **{k: flat[k] for k in _PREDICTOR_OWN if k in flat})
+
+
+_PLANNER_DETAILS = ("throughput_adjustment_interval_seconds", "load_adjustment_interval_seconds",
+                    "max_num_fpm_samples", "fpm_sample_bucket_size", "load_scaling_down_sensitivity",
+                    "load_min_observations")
+
+
+@dataclass(frozen=True)
+class PlannerChoice:
+    """The scaling policy entry as written, its flags, and (when it scales) the planner's details."""
+
+    policy: PolicyEntry
+    enable_throughput_scaling: bool = False
+    enable_load_scaling: bool = False
+    throughput_adjustment_interval_seconds: int | None = None
+    load_adjustment_interval_seconds: int | None = None
+    max_num_fpm_samples: int | None = None
+    fpm_sample_bucket_size: int | None = None
+    load_scaling_down_sensitivity: int | None = None
+    load_min_observations: int | None = None
+    load_predictor: LoadPredictorChoice | None = None
+
+    @property
+    def scales(self) -> bool:
+        return self.enable_throughput_scaling or self.enable_load_scaling
+
+
+@dataclass(frozen=True)
+class KVLoad:
+    """§5.3: the KV capacity a kv_load_ratio workload was sized against."""
+
+    ratio: float
+    capacity_tokens: int
+    concurrency_capacity: int
+    role_capacity_tokens: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One deployment: what the study proposed, after projection and the search loop's resolution."""
+
+    mode: Mode
+    backend: str
+    context: Context
+    offload: HostOffload
+    parallel: ParallelConfig
+    engines: Mapping[str, EngineKnobs]
+    router: Router
+    planner: PlannerChoice
+    backend_version: str | None = None   # resolved by the evaluation (latest perf-DB version)
+    concurrency: int | None = None       # fixed or KV-derived closed-loop concurrency
+    kv_load: KVLoad | None = None
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return roles_of(self.mode)
+
+    @property
+    def used_gpus(self) -> int:
+        return self.parallel.used_gpus
+
+    def resolved(self, *, backend_version: str, concurrency: int | None = None,
+                 kv_load: KVLoad | None = None) -> Candidate:
+        """The candidate with what the evaluation resolves: perf-DB version, concurrency, KV load."""
+        return replace(self, backend_version=backend_version, concurrency=concurrency, kv_load=kv_load)
+
+    # ------------------------------------------------------------ building from a study selection
+
+    @classmethod
+    def unroll(cls, space: SearchSpace, selection: Mapping[str, Any], parallel: ParallelConfig,
+               winners: PredictorWinners | None = None) -> Candidate:
+        """A decoded selection plus its projected parallel config, with pinned knobs from ``space``.
+
+        ``winners`` is the load-predictor sub-sweep's winner per throughput interval (None when
+        no predictor was swept).
+        """
+        mode = selection.get("deployment_mode", parallel.mode)
+        if mode != parallel.mode:
+            raise SpicaError(f"selection deployment_mode {mode!r} does not match the parallel config "
+                             f"({parallel.mode})")
+
+        def pick(knob: str) -> Any:
+            if knob in selection:
+                return selection[knob]
+            values = getattr(space, knob)
+            if isinstance(values, list) and len(values) == 1:
+                return values[0]
+            raise SpicaError(f"selection has no value for '{knob}' and search_space.{knob} has {len(values)} "
+                             f"values ({values}); pin it or let the study choose it")
+
+        backend = pick("backend")
+        engines = {role: EngineKnobs(int(pick(f"{role}_max_num_batched_tokens")), int(pick(f"{role}_max_num_seqs")),
+                                     getattr(space, f"{role}_block_size"),
+                                     getattr(space, f"{role}_gpu_memory_utilization"),
+                                     getattr(space, f"{role}_enable_prefix_caching"))
+                   for role in roles_of(mode)}
+        router = Router(pick("router_mode"))
+        if router.is_kv:
+            cache_hits = ({k: float(pick(k)) for k in ("host_cache_hit_weight", "disk_cache_hit_weight")}
+                          if space.num_g2_blocks > 0 else {})
+            router = Router("kv_router", float(pick("overlap_score_credit")), float(pick("prefill_load_scale")),
+                            float(pick("router_temperature")), **cache_hits,
+                            admission=Admission(**{f.name: getattr(space, f.name) for f in fields(Admission)}))
+        policy = pick("planner_scaling_policy")
+        flags = decode_composite("planner_scaling_policy", policy)
+        planner = PlannerChoice(policy, bool(flags["enable_throughput_scaling"]), bool(flags["enable_load_scaling"]))
+        if planner.scales:
+            interval = flags["throughput_adjustment_interval_seconds"]
+            winner = (winners or {}).get(int(interval)) if interval is not None else None
+            predictor = None
+            if planner.enable_throughput_scaling and winner is not None:
+                predictor = LoadPredictorChoice.from_fields(predictor_fields(winner))
+            planner = replace(planner, throughput_adjustment_interval_seconds=interval,
+                              load_adjustment_interval_seconds=flags["load_adjustment_interval_seconds"],
+                              **decode_composite("planner_fpm_sampling", pick("planner_fpm_sampling")),
+                              **decode_composite("planner_load_sensitivity", pick("planner_load_sensitivity")),
+                              load_predictor=predictor)
+        return cls(mode, backend, Context(**{f.name: getattr(space, f.name) for f in fields(Context)}),
+                   HostOffload(**{f.name: getattr(space, f.name) for f in fields(HostOffload)}),
+                   parallel, engines, router, planner)
+
+    # ------------------------------------------------------------ the §9.1 wire format
+
+    def to_sample(self) -> dict[str, Any]:
+        """The flat unrolled sample (§9.1), plus the run fields once resolved."""
+        out: dict[str, Any] = {"deployment_mode": self.mode, "backend": self.backend}
+        out.update(_as_dict(self.context))
+        out.update(_as_dict(self.offload))
+        out.update(self.parallel.flat_fields())
+        for role, knobs in self.engines.items():
+            out.update({f"{role}_{k}": v for k, v in _as_dict(knobs).items()})
+        out["router_mode"] = self.router.mode
+        if self.router.is_kv:
+            out.update(self.router.weights())
+            out.update(_as_dict(self.router.admission or Admission()))
+        p = self.planner
+        out.update({"planner_scaling_policy": p.policy, "enable_throughput_scaling": p.enable_throughput_scaling,
+                    "enable_load_scaling": p.enable_load_scaling})
+        if p.scales:
+            out.update({k: getattr(p, k) for k in _PLANNER_DETAILS})
+            if p.load_predictor is not None:
+                out.update(p.load_predictor.fields())
+        if self.backend_version is not None:
+            out["backend_version"] = self.backend_version
+        if self.concurrency is not None:
+            out["concurrency"] = self.concurrency
+        if self.kv_load is not None:
+            kv = self.kv_load
+            out.update({"kv_load_ratio": kv.ratio, "kv_load_concurrency_capacity": kv.concurrency_capacity,
+                        "kv_load_capacity_tokens": kv.capacity_tokens})
+            out.update({f"{role}_kv_capacity_tokens": v for role, v in kv.role_capacity_tokens.items()})
+        return out
+
+    @classmethod
+    def from_sample(cls, sample: Mapping[str, Any]) -> Candidate:
+        """Read a flat sample back (the inverse of :meth:`to_sample`)."""
+        mode: Mode = sample["deployment_mode"]
+        roles = roles_of(mode)
+        keys = ("tp", "pp", "attention_dp", "moe_tp", "moe_ep", "replicas")
+        if mode == "agg":
+            parallel = ParallelConfig.from_dict("agg", {k: sample[k] for k in keys})
+        else:
+            parallel = ParallelConfig.from_dict("disagg", {r: {k: sample[f"{r}_{k}"] for k in keys} for r in roles})
+        engines = {r: EngineKnobs(**{f.name: sample[f"{r}_{f.name}"] for f in fields(EngineKnobs)}) for r in roles}
+        router = Router(sample["router_mode"])
+        if router.is_kv:
+            router = Router("kv_router", **{k: sample[k] for k in WEIGHT_FIELDS if k in sample},
+                            admission=Admission(**{f.name: sample[f.name] for f in fields(Admission)}))
+        planner = PlannerChoice(sample["planner_scaling_policy"], sample["enable_throughput_scaling"],
+                                sample["enable_load_scaling"])
+        if planner.scales:
+            predictor = LoadPredictorChoice.from_fields(sample) if "load_predictor" in sample else None
+            planner = replace(planner, **{k: sample[k] for k in _PLANNER_DETAILS}, load_predictor=predictor)
+        kv_load = None
+        if "kv_load_ratio" in sample:
+            kv_load = KVLoad(sample["kv_load_ratio"], sample["kv_load_capacity_tokens"],
+                             sample["kv_load_concurrency_capacity"],
+                             {r: sample[f"{r}_kv_capacity_tokens"] for r in roles if f"{r}_kv_capacity_tokens" in sample})
+        return cls(mode, sample["backend"], Context(**{f.name: sample[f.name] for f in fields(Context)}),
+                   HostOffload(**{f.name: sample[f.name] for f in fields(HostOffload)}), parallel, engines, router,
+                   planner, sample.get("backend_version"), sample.get("concurrency"), kv_load)
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    """A flat dataclass's fields (shallow: nested values stay as they are)."""
+    return {f.name: getattr(value, f.name) for f in fields(value)}
+
+
+__all__ = ["Candidate", "Context", "HostOffload", "EngineKnobs", "Admission", "Router", "PlannerChoice",
+           "LoadPredictorChoice", "KVLoad", "PolicyEntry", "PredictorWinners", "roles_of"]

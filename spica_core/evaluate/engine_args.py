@@ -16,7 +16,7 @@ from spica_core.errors import InfeasibleKVCapacityError, RejectedEngineArgsError
 from spica_core.space.facts import model_facts
 from spica_core.space.parallel import Shape
 from spica_core.evaluate.profiles import EngineShape, kv_blocks_per_rank, profile_path, timing_model
-from spica_core.evaluate.candidate import parallel_from_sample, roles_of
+from spica_core.evaluate.candidate import Candidate, HostOffload, Router
 
 os.environ.setdefault("DYN_LOG", "error")
 
@@ -61,44 +61,47 @@ def kv_transfer_fields(model: str, shape: Shape) -> dict[str, float]:
             "kv_transfer_bandwidth": KV_TRANSFER_GBPS_PER_GPU * lanes}
 
 
-def host_offload_fields(sample: Mapping[str, Any], role: str) -> dict[str, Any]:
+def host_offload_fields(offload: HostOffload, role: str) -> dict[str, Any]:
     """§9.3 G2 host offload mapped onto the runtime's native_host_offload (agg and prefill, never decode).
 
     The runtime models host offload for vLLM only and rejects other backends in its normaliser,
     which turns such a candidate into a failed outcome carrying the runtime's reason.
     offload_batch_size has no counterpart in the runtime and is ignored.
     """
-    if not sample.get("num_g2_blocks") or role == "decode":
+    if not offload.enabled or role == "decode":
         return {}
-    offload: dict[str, Any] = {"num_host_blocks": int(sample["num_g2_blocks"])}
-    if sample.get("bandwidth_g1_to_g2_gbps") is not None:
-        offload["d2h_bandwidth_gbps"] = float(sample["bandwidth_g1_to_g2_gbps"])
-    if sample.get("bandwidth_g2_to_g1_gbps") is not None:
-        offload["h2d_bandwidth_gbps"] = float(sample["bandwidth_g2_to_g1_gbps"])
-    return {"native_host_offload": offload, "kv_cache_bytes_per_token": int(sample["kv_bytes_per_token"])}
+    native: dict[str, Any] = {"num_host_blocks": int(offload.num_g2_blocks)}
+    if offload.bandwidth_g1_to_g2_gbps is not None:
+        native["d2h_bandwidth_gbps"] = float(offload.bandwidth_g1_to_g2_gbps)
+    if offload.bandwidth_g2_to_g1_gbps is not None:
+        native["h2d_bandwidth_gbps"] = float(offload.bandwidth_g2_to_g1_gbps)
+    assert offload.kv_bytes_per_token is not None  # the config requires it whenever num_g2_blocks > 0
+    return {"native_host_offload": native, "kv_cache_bytes_per_token": int(offload.kv_bytes_per_token)}
 
 
-def role_payload(sample: Mapping[str, Any], role: str, shape: Shape, *, num_gpu_blocks: int,
-                 profile: str) -> dict[str, Any]:
+def role_payload(candidate: Candidate, role: str, *, num_gpu_blocks: int, profile: str) -> dict[str, Any]:
     """The nested engine-args dict of one role (pure: no AIC call, no validation)."""
+    knobs = candidate.engines[role]
+    shape = candidate.parallel.roles[role].shape
+    context = candidate.context
     engine: dict[str, Any] = {
-        "backend": sample["backend"],
+        "backend": candidate.backend,
         "worker_type": WORKER_TYPES[role],
-        "block_size": int(sample[f"{role}_block_size"]),
+        "block_size": int(knobs.block_size),
         "num_gpu_blocks": int(num_gpu_blocks),
-        "max_num_seqs": int(sample[f"{role}_max_num_seqs"]),
-        "max_num_batched_tokens": int(sample[f"{role}_max_num_batched_tokens"]),
-        "enable_prefix_caching": bool(sample[f"{role}_enable_prefix_caching"]),
+        "max_num_seqs": int(knobs.max_num_seqs),
+        "max_num_batched_tokens": int(knobs.max_num_batched_tokens),
+        "enable_prefix_caching": bool(knobs.enable_prefix_caching),
         "timing_model": timing_model(profile),
     }
-    if sample.get("aic_nextn"):
-        engine["aic_nextn"] = int(sample["aic_nextn"])
+    if context.aic_nextn:
+        engine["aic_nextn"] = int(context.aic_nextn)
     if role == "prefill":
-        engine.update(kv_transfer_fields(sample["model_name"], shape))
-    engine.update(host_offload_fields(sample, role))
+        engine.update(kv_transfer_fields(context.model_name, shape))
+    engine.update(host_offload_fields(candidate.offload, role))
     payload: dict[str, Any] = {"tensor_parallel_size": shape.tp, "dp_size": shape.attention_dp, "engine": engine}
-    if sample.get("startup_time") is not None:
-        payload["startup_time"] = float(sample["startup_time"])
+    if context.startup_time is not None:
+        payload["startup_time"] = float(context.startup_time)
     return payload
 
 
@@ -112,51 +115,48 @@ def validate_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
         raise RejectedEngineArgsError(f"engine arguments rejected by the runtime: {exc}") from None
 
 
-def build_engine_args(sample: Mapping[str, Any], *, profile_dir: str | None = None,
+def build_engine_args(candidate: Candidate, *, profile_dir: str | None = None,
                       validate: bool = True) -> dict[str, RoleArgs]:
-    """Role → RoleArgs for a flat sample carrying ``backend_version``.
+    """Role → RoleArgs for a candidate whose ``backend_version`` is resolved.
 
     Builds (or reuses) each role's AIC profile and sizes its KV from the AIC memory model.
-    Raises InfeasibleKVCapacityError when a role's shape has no KV budget, RejectedEngineArgsError when the
-    runtime refuses a payload.
+    Raises InfeasibleKVCapacityError when a role's shape has no KV budget, RejectedEngineArgsError
+    when the runtime refuses a payload.
     """
-    pc = parallel_from_sample(sample)
-    version = sample["backend_version"]
+    context = candidate.context
+    if candidate.backend_version is None:
+        raise ValueError("build_engine_args needs a candidate with its backend_version resolved")
     out: dict[str, RoleArgs] = {}
-    for role in roles_of(sample):
-        rc = pc.roles[role]
-        blocks = kv_blocks_per_rank(sample["model_name"], sample["hardware_sku"], sample["backend"], rc.shape,
-                                    block_size=int(sample[f"{role}_block_size"]),
-                                    max_num_batched_tokens=int(sample[f"{role}_max_num_batched_tokens"]),
-                                    max_num_seqs=int(sample[f"{role}_max_num_seqs"]),
-                                    memory_fraction=float(sample[f"{role}_gpu_memory_utilization"]),
-                                    nextn=sample.get("aic_nextn"))
+    for role in candidate.roles:
+        rc = candidate.parallel.roles[role]
+        knobs = candidate.engines[role]
+        blocks = kv_blocks_per_rank(context.model_name, context.hardware_sku, candidate.backend, rc.shape,
+                                    block_size=int(knobs.block_size),
+                                    max_num_batched_tokens=int(knobs.max_num_batched_tokens),
+                                    max_num_seqs=int(knobs.max_num_seqs),
+                                    memory_fraction=float(knobs.gpu_memory_utilization), nextn=context.aic_nextn)
         if blocks is None or blocks < 1:
             raise InfeasibleKVCapacityError(f"{role} shape {rc.shape.strategy}{rc.shape.gpus} "
-                                       f"(tp={rc.shape.tp}, dp={rc.shape.attention_dp}) leaves no KV cache for "
-                                       f"{sample['model_name']} on {sample['hardware_sku']}")
-        es = EngineShape.of(sample["model_name"], sample["hardware_sku"], sample["backend"], version, rc.shape,
-                            nextn=sample.get("aic_nextn"))
+                                            f"(tp={rc.shape.tp}, dp={rc.shape.attention_dp}) leaves no KV cache for "
+                                            f"{context.model_name} on {context.hardware_sku}")
+        es = EngineShape.of(context.model_name, context.hardware_sku, candidate.backend, candidate.backend_version,
+                            rc.shape, nextn=context.aic_nextn)
         prof = str(profile_path(es, profile_dir))
-        payload = role_payload(sample, role, rc.shape, num_gpu_blocks=blocks, profile=prof)
+        payload = role_payload(candidate, role, num_gpu_blocks=blocks, profile=prof)
         if validate:
             validate_payload(payload)
-        out[role] = RoleArgs(role, payload, rc.replicas, rc.shape, blocks, int(sample[f"{role}_block_size"]), prof)
+        out[role] = RoleArgs(role, payload, rc.replicas, rc.shape, blocks, int(knobs.block_size), prof)
     return out
 
 
-def router_kwargs(sample: Mapping[str, Any]) -> dict[str, Any]:
+def router_kwargs(router: Router) -> dict[str, Any]:
     """router_mode and, for the KV router, a KvRouterConfig with the candidate's weights (§9.4)."""
-    mode = sample["router_mode"]
-    if mode != "kv_router":
+    if not router.is_kv:
         return {"router_mode": "round_robin"}
     from dynamo.llm import KvRouterConfig
 
-    weights = {k: float(sample[k]) for k in ("overlap_score_credit", "prefill_load_scale", "router_temperature",
-                                             "host_cache_hit_weight", "disk_cache_hit_weight") if k in sample}
-    return {"router_mode": "kv_router", "router_config": KvRouterConfig(**weights)}
+    return {"router_mode": "kv_router", "router_config": KvRouterConfig(**router.weights())}
 
 
 __all__ = ["RoleArgs", "build_engine_args", "role_payload", "validate_payload", "router_kwargs",
-           "kv_transfer_fields", "host_offload_fields",
-           "KV_TRANSFER_GBPS_PER_GPU"]
+           "kv_transfer_fields", "host_offload_fields", "KV_TRANSFER_GBPS_PER_GPU"]

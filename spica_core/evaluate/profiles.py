@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from spica_core.run.fingerprint import fingerprint
-from spica_core.space.facts import kv_tokens_per_rank, quiet_aic
+from spica_core.space.facts import quiet_aic
+from spica_core.space.kv import kv_tokens_per_rank
 from spica_core.space.parallel import Shape
 
 PROFILE_SCHEMA = 2

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,9 +15,6 @@ from spica_core.evaluate.engine_args import RoleArgs
 from spica_core.evaluate.workload import ReplayWorkload
 
 os.environ.setdefault("DYN_LOG", "error")
-
-# Simulator self-measurements: wall-clock based, excluded when comparing runs (replay-engine §6.2).
-WALL_CLOCK_KEYS = ("wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s")
 
 
 @dataclass
@@ -75,9 +71,4 @@ def run_replay(spec: ReplaySpec) -> dict[str, Any]:
     return out
 
 
-def comparable(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """The summary without the wall-clock fields (for caches and equality checks)."""
-    return {k: v for k, v in summary.items() if k not in WALL_CLOCK_KEYS}
-
-
-__all__ = ["ReplaySpec", "run_replay", "comparable", "WALL_CLOCK_KEYS"]
+__all__ = ["ReplaySpec", "run_replay"]

@@ -1,4 +1,4 @@
-"""Goals and scores (reference §4): report → metric → signed score, the budget gate, ranking, Pareto.
+"""Goals and scores (reference §4): report → metric → signed score, the budget gate, the headline.
 
 Pure functions of a replay report (the flat summary dict) and the goal. Higher score is always
 better (e2e latency is negated), so one sort serves every scalar target. The SLA lives inside the
@@ -7,13 +7,11 @@ goodput metric only; it is never a separate gate.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 from spica_core.config.model import GOODPUT_TARGETS, MINIMIZED_TARGETS, OptimizationGoal, OptimizationTarget
 from spica_core.errors import GoodputContractError
-
-T = TypeVar("T")
 
 # §4.3 candidate metrics, kept when present
 METRIC_KEYS = ("output_throughput_tok_s", "mean_ttft_ms", "mean_tpot_ms", "mean_e2e_latency_ms",
@@ -95,20 +93,11 @@ def is_feasible(used_gpus: int, gpu_budget: int) -> bool:
 def sla_kwargs(goal: OptimizationGoal) -> dict[str, float]:
     """The replay's SLA kwargs whenever the goal has an SLA (any target); {} otherwise.
 
-    The runtime refuses e2e together with ttft/itl, so when all three are set the pair wins and
-    e2e is dropped (the config allows either form; the pair is the planner's too).
+    Validation already refused e2e_ms together with ttft_ms / itl_ms, which the runtime rejects.
     """
-    sla = goal.sla
-    if sla is None:
+    if goal.sla is None:
         return {}
-    if sla.ttft_ms is not None or sla.itl_ms is not None:
-        out = {}
-        if sla.ttft_ms is not None:
-            out["sla_ttft_ms"] = float(sla.ttft_ms)
-        if sla.itl_ms is not None:
-            out["sla_itl_ms"] = float(sla.itl_ms)
-        return out
-    return {"sla_e2e_ms": float(sla.e2e_ms)} if sla.e2e_ms is not None else {}
+    return {f"sla_{name}": float(value) for name, value in goal.sla.model_dump(exclude_none=True).items()}
 
 
 def candidate_metrics(report: Mapping[str, Any]) -> dict[str, float]:
@@ -116,45 +105,22 @@ def candidate_metrics(report: Mapping[str, Any]) -> dict[str, float]:
     return {k: float(report[k]) for k in METRIC_KEYS if report.get(k) is not None}
 
 
-# ---------------------------------------------------------------- ranking and the Pareto front
+def headline(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The numbers a person reads first: throughput, per GPU/user, latencies, goodput, hit rate, cost."""
+    out: dict[str, Any] = {k: report[k] for k in HEADLINE_KEYS if report.get(k) is not None}
+    g = avg_gpu(report)
+    out["avg_gpus"] = g
+    if g > 0 and report.get("output_throughput_tok_s") is not None:
+        out["output_throughput_tok_s_per_gpu"] = float(report["output_throughput_tok_s"]) / g
+    return out
 
 
-def _get(item: Any, name: str, default: Any = None) -> Any:
-    if isinstance(item, Mapping):
-        return item.get(name, default)
-    return getattr(item, name, default)
-
-
-def rank(candidates: Iterable[T]) -> list[T]:
-    """Best score first, ties toward fewer GPUs; stable, so remaining ties keep evaluation order."""
-    return sorted(candidates, key=lambda c: (-float(_get(c, "score")), int(_get(c, "used_gpus"))))
-
-
-def dominates(a: Mapping[str, float], b: Mapping[str, float], objectives: Sequence[OptimizationTarget | str]) -> bool:
-    """a is at least as good on every objective (in its direction) and strictly better on one."""
-    strictly = False
-    for obj in objectives:
-        t = OptimizationTarget(obj)
-        va, vb = signed(t, float(a[t.value])), signed(t, float(b[t.value]))
-        if va < vb:
-            return False
-        if va > vb:
-            strictly = True
-    return strictly
-
-
-def pareto_front(candidates: Iterable[T], objectives: Sequence[OptimizationTarget | str]) -> list[T]:
-    """Non-dominated candidates (those with an objectives vector), sorted by the last objective ascending."""
-    objs = [OptimizationTarget(o) for o in objectives]
-    pool = [c for c in candidates if _get(c, "objectives")]
-    pool = [c for c in pool if all(o.value in _get(c, "objectives") for o in objs)]
-    front = [c for c in pool
-             if not any(other is not c and dominates(_get(other, "objectives"), _get(c, "objectives"), objs)
-                        for other in pool)]
-    last = objs[-1].value
-    return sorted(front, key=lambda c: float((_get(c, "objectives") or {}).get(last, 0.0)))
+HEADLINE_KEYS = ("output_throughput_tok_s", "request_throughput_rps", "mean_output_token_throughput_per_user",
+                 "mean_ttft_ms", "p99_ttft_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2e_latency_ms",
+                 "p99_e2e_latency_ms", "goodput_output_throughput_tok_s", "goodput_request_throughput_rps",
+                 "prefix_cache_reused_ratio", "gpu_hours", "duration_ms", "completed_requests", "num_requests",
+                 "planner_total_ticks")
 
 
 __all__ = ["avg_gpu", "metric_value", "signed", "objective_vector", "score_report", "is_feasible", "sla_kwargs",
-           "check_goodput_contract", "candidate_metrics", "rank", "pareto_front", "dominates",
-           "METRIC_KEYS"]
+           "check_goodput_contract", "candidate_metrics", "headline", "METRIC_KEYS"]

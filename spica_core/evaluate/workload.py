@@ -8,14 +8,13 @@ means the same KV pressure on every candidate.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from spica_core.config.model import Workload
 from spica_core.errors import InfeasibleKVCapacityError
-from spica_core.space.facts import kv_tokens_per_rank
-from spica_core.evaluate.candidate import parallel_from_sample, roles_of
+from spica_core.space.kv import kv_tokens_per_rank
+from spica_core.evaluate.candidate import Candidate, KVLoad
 from spica_core.evaluate.traces import TRACE_BLOCK_SIZE
 
 
@@ -85,46 +84,41 @@ def replay_workload(workload: Workload, *, trace_file: str | None = None,
     return ReplayWorkload("synthetic", kwargs)
 
 
-def role_kv_capacity_tokens(sample: Mapping[str, Any], role: str) -> int:
+def role_kv_capacity_tokens(candidate: Candidate, role: str) -> int:
     """§5.3 steps 1–3: usable per-rank tokens × attention_dp × replicas for one role."""
-    rc = parallel_from_sample(sample).roles[role]
-    block = int(sample[f"{role}_block_size"])
+    rc = candidate.parallel.roles[role]
+    knobs = candidate.engines[role]
+    context = candidate.context
+    block = int(knobs.block_size)
     if block <= 0:
         raise ValueError(f"{role}_block_size must be > 0")
-    tokens = kv_tokens_per_rank(sample["model_name"], sample["hardware_sku"], sample["backend"], rc.shape,
-                                max_num_tokens=int(sample[f"{role}_max_num_batched_tokens"]),
-                                max_batch_size=int(sample[f"{role}_max_num_seqs"]),
-                                memory_fraction=float(sample[f"{role}_gpu_memory_utilization"]),
-                                nextn=sample.get("aic_nextn"))
+    tokens = kv_tokens_per_rank(context.model_name, context.hardware_sku, candidate.backend, rc.shape,
+                                max_num_tokens=int(knobs.max_num_batched_tokens),
+                                max_batch_size=int(knobs.max_num_seqs),
+                                memory_fraction=float(knobs.gpu_memory_utilization), nextn=context.aic_nextn)
     if tokens is None:
-        raise InfeasibleKVCapacityError(f"{role} shape has no KV budget for {sample['model_name']} on "
-                                   f"{sample['hardware_sku']} ({sample['backend']})")
+        raise InfeasibleKVCapacityError(f"{role} shape has no KV budget for {context.model_name} on "
+                                        f"{context.hardware_sku} ({candidate.backend})")
     usable = (int(tokens) // block) * block
     return usable * rc.shape.attention_dp * rc.replicas
 
 
-def resolve_kv_load(sample: Mapping[str, Any], workload: Workload, ratio: float) -> dict[str, Any]:
-    """§5.3: the candidate's concurrency for a KV-load ratio, plus the fields recorded on the sample."""
+def resolve_kv_load(candidate: Candidate, workload: Workload, ratio: float) -> tuple[int, KVLoad]:
+    """§5.3: the candidate's concurrency for a KV-load ratio, and the capacity it was sized against."""
     if workload.isl is None or workload.osl is None:
         raise ValueError("kv_load_ratio needs isl and osl")
     tokens_per_request = int(workload.isl) + int(workload.osl) // 2
     if tokens_per_request <= 0:
         raise ValueError("isl + osl/2 must be > 0")
-    out: dict[str, Any] = {"kv_load_ratio": float(ratio)}
-    caps: dict[str, int] = {}
-    for role in roles_of(sample):
-        caps[role] = role_kv_capacity_tokens(sample, role)
-        out[f"{role}_kv_capacity_tokens"] = caps[role]
-    load_role = "agg" if sample["deployment_mode"] == "agg" else "decode"
+    caps = {role: role_kv_capacity_tokens(candidate, role) for role in candidate.roles}
+    load_role = "agg" if candidate.mode == "agg" else "decode"
     capacity = caps[load_role]
     capacity_concurrency = capacity // tokens_per_request
     if capacity_concurrency < 1:
         raise InfeasibleKVCapacityError(f"{load_role} KV capacity {capacity} tokens cannot hold one request of "
-                                   f"{tokens_per_request} tokens (isl + osl/2)")
-    out["kv_load_capacity_tokens"] = capacity
-    out["kv_load_concurrency_capacity"] = capacity_concurrency
-    out["concurrency"] = max(1, math.floor(float(ratio) * capacity_concurrency))
-    return out
+                                        f"{tokens_per_request} tokens (isl + osl/2)")
+    concurrency = max(1, math.floor(float(ratio) * capacity_concurrency))
+    return concurrency, KVLoad(float(ratio), capacity, capacity_concurrency, caps)
 
 
 __all__ = ["ReplayWorkload", "replay_workload", "request_count", "effective_in_flight_cap", "resolve_kv_load",

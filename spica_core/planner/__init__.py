@@ -1,0 +1,9 @@
+"""The planner in the loop (reference §9.5): Dynamo's planner rules as a replay scaling policy."""
+from spica_core.planner.budget import Budget
+from spica_core.planner.estimates import PassModel
+from spica_core.planner.policy import PlannerPolicy, make_policy, merge_traffic
+from spica_core.planner.settings import PlannerSettings, RoleCapability
+from spica_core.planner.throughput import PredictorFactory
+
+__all__ = ["PlannerSettings", "RoleCapability", "PlannerPolicy", "make_policy", "merge_traffic", "PassModel", "Budget",
+           "PredictorFactory"]

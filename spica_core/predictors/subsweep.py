@@ -1,34 +1,29 @@
 """Load-predictor sub-sweep (reference §8): pick the planner's load predictor per throughput interval.
 
 Dynamo's planner forecasts the next throughput window's request count, mean ISL and mean OSL
-with one of four predictor families. Which family forecasts best depends on the traffic, so
-before the Vizier rounds we replay the trace's per-interval windows through every configured
-``load_predictor_candidates`` entry and keep the one with the lowest weighted log loss. The
-predictor classes below are our own implementation of the behaviour described in
-``spec/planner.md`` §3.2, so the winner behaves like what the planner would run.
+with one of four predictor families (``families``). Which family forecasts best depends on the
+traffic, so before the Vizier rounds we replay the trace's per-interval windows through every
+configured ``load_predictor_candidates`` entry and keep the one with the lowest weighted log loss.
 
 Pure domain code: no Prefect, no file writes (the trace is read, the caller persists rows).
 """
 from __future__ import annotations
 
 import json
-import logging
 import math
-import warnings
-from abc import ABC, abstractmethod
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
-import numpy as np
-import pyarrow as pa
 from threadpoolctl import threadpool_limits
 
-from spica_core.evaluate import traces
-from spica_core.config.knobs import PREDICTOR_FAMILIES, decode_composite, entry_label, predictor_fields
+from spica_core.config.knobs import entry_label
 from spica_core.config.model import SmartSearchConfig
 from spica_core.config.policies import throughput_intervals
+from spica_core.predictors.families import Entry, LoadPredictor, entry_fields, family_min_points, make_predictor
+from spica_core.predictors.loss import window_loss
+from spica_core.predictors.windows import Window, read_trace, windows_from_arrivals
 
 # Reasons (§8.1). The swept reason gets "; no_winner_fallback_constant_last@[…]" when some
 # interval had no finite loss.
@@ -37,27 +32,6 @@ REASON_STATIC: Final = "static_workload_constant"
 REASON_SWEPT: Final = "swept"
 FALLBACK_ENTRY: Final = "constant_last"
 _FALLBACK_TAG: Final = "no_winner_fallback_constant_last"
-
-# Loss weights (§8.4): prefill work N·I and decode work N·O dominate, the means refine.
-W_PREFILL: Final = 0.4
-W_DECODE: Final = 0.4
-W_ISL: Final = 0.1
-W_OSL: Final = 0.1
-
-_PROPHET_EPOCH: Final = "2024-01-01"
-_Q_FLOOR: Final = 1e-12
-
-# Arrow schema of load_predictor.parquet, so an empty result still writes a typed table.
-LOAD_PREDICTOR_SCHEMA: Final = pa.schema([
-    ("interval_seconds", pa.int64()),
-    ("entry_label", pa.string()),
-    ("entry_json", pa.string()),
-    ("mean_loss", pa.float64()),
-    ("winner", pa.bool_()),
-    ("reason", pa.string()),
-])
-
-Entry = str | dict[str, Any]
 
 
 # ---------------------------------------------------------------- result
@@ -122,341 +96,6 @@ def _entry_json(entry: Entry) -> str:
     return json.dumps(entry, sort_keys=True)
 
 
-# ---------------------------------------------------------------- windows (§8.2)
-
-
-@dataclass(frozen=True)
-class Window:
-    """One throughput interval of the trace: arrivals and their mean token lengths."""
-
-    num_req: int
-    isl: float
-    osl: float
-    start_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class TraceArrivals:
-    """The three columns of a mooncake trace the predictor needs, in file order."""
-
-    timestamp_ms: np.ndarray
-    input_length: np.ndarray
-    output_length: np.ndarray
-
-
-def read_trace(path: str | Path) -> TraceArrivals:
-    """Read timestamp (ms), input_length and output_length of every row of a mooncake JSONL trace."""
-    ts: list[float] = []
-    isl: list[float] = []
-    osl: list[float] = []
-    for row in traces.read_trace(path):
-        ts.append(row.timestamp_ms)
-        isl.append(row.input_length)
-        osl.append(row.output_length)
-    return TraceArrivals(np.asarray(ts, dtype=np.float64), np.asarray(isl, dtype=np.float64),
-                         np.asarray(osl, dtype=np.float64))
-
-
-def windows_from_arrivals(arrivals: TraceArrivals, interval_s: float) -> list[Window]:
-    """Bucket arrivals by ⌊t/I⌋; keep every bucket from the first to the last active one."""
-    if interval_s <= 0:
-        raise ValueError(f"interval must be positive, got {interval_s}")
-    if arrivals.timestamp_ms.size == 0:
-        return []
-    keys = np.floor((arrivals.timestamp_ms / 1000.0) / interval_s).astype(np.int64)
-    first, last = int(keys.min()), int(keys.max())
-    span = last - first + 1
-    idx = keys - first
-    counts = np.bincount(idx, minlength=span)
-    isl_sum = np.bincount(idx, weights=arrivals.input_length, minlength=span)
-    osl_sum = np.bincount(idx, weights=arrivals.output_length, minlength=span)
-    out: list[Window] = []
-    for k in range(span):
-        n = int(counts[k])
-        out.append(Window(num_req=n, isl=float(isl_sum[k] / n) if n else 0.0,
-                          osl=float(osl_sum[k] / n) if n else 0.0, start_s=float((first + k) * interval_s)))
-    return out
-
-
-def build_windows(trace_path: str | Path, interval_s: float) -> list[Window]:
-    """Windows of one throughput interval, straight from a trace file."""
-    return windows_from_arrivals(read_trace(trace_path), interval_s)
-
-
-# ---------------------------------------------------------------- loss (§8.4)
-
-
-def log_error(predicted: float, actual: float) -> float:
-    """|ln(1+p⁺) − ln(1+a⁺)|: scale-free, so a 10 % miss costs the same at any load."""
-    return abs(math.log1p(max(predicted, 0.0)) - math.log1p(max(actual, 0.0)))
-
-
-def window_loss(n_hat: float, i_hat: float, o_hat: float, n: float, i: float, o: float) -> float:
-    """Weighted log loss of one window; num_req only counts through the N·I and N·O products."""
-    return (W_PREFILL * log_error(n_hat * i_hat, n * i)
-            + W_DECODE * log_error(n_hat * o_hat, n * o)
-            + W_ISL * log_error(i_hat, i)
-            + W_OSL * log_error(o_hat, o))
-
-
-# ---------------------------------------------------------------- predictors (§8.5, planner.md §3.2)
-
-
-def _quiet_forecasting_libraries() -> None:
-    """Prophet/cmdstanpy log every fit at INFO and prophet logs a plotly error at import.
-
-    cmdstanpy installs its own INFO handler unless the logger already has one, so a NullHandler
-    goes in first.
-    """
-    for name in ("cmdstanpy", "prophet", "prophet.plot", "prophet.models", "prophet.forecaster"):
-        logger = logging.getLogger(name)
-        if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
-            logger.addHandler(logging.NullHandler())
-        logger.setLevel(logging.CRITICAL)
-        logger.propagate = False
-
-
-class LoadPredictor(ABC):
-    """Common behaviour: NaN → 0, skip the idle run of leading zeros, last value until warm."""
-
-    minimum_data_points: int = 1
-
-    def __init__(self, log1p: bool = False) -> None:
-        self.log1p = log1p
-        self._values: list[float] = []
-
-    @property
-    def values(self) -> list[float]:
-        return list(self._values)
-
-    def add_data_point(self, value: float) -> None:
-        v = float(value)
-        if not math.isfinite(v):
-            v = 0.0
-        if not self._values and v == 0.0:
-            return  # idle period before the first traffic carries no information
-        self._values.append(v)
-        self._on_added(v)
-
-    def _on_added(self, value: float) -> None:
-        """Hook for stateful families (Kalman)."""
-
-    def get_last_value(self) -> float:
-        return self._values[-1] if self._values else 0.0
-
-    def predict_next(self) -> float:
-        if len(self._values) < self.minimum_data_points:
-            return self.get_last_value()
-        return self._forecast()
-
-    @abstractmethod
-    def _forecast(self) -> float:
-        """One-step-ahead forecast, only called once warm."""
-
-    def _to_model(self, value: float) -> float:
-        return math.log1p(max(value, 0.0)) if self.log1p else value
-
-    def _from_model(self, value: float) -> float:
-        return max(0.0, math.expm1(value) if self.log1p else value)
-
-
-class ConstantPredictor(LoadPredictor):
-    """Next window = last window."""
-
-    minimum_data_points = 1
-
-    def _forecast(self) -> float:
-        return self.get_last_value()
-
-
-class ArimaPredictor(LoadPredictor):
-    """pmdarima auto_arima fitted once on the whole history, then updated incrementally."""
-
-    minimum_data_points = 5
-
-    def __init__(self, log1p: bool = False) -> None:
-        super().__init__(log1p)
-        self._model: Any = None
-        self._log_space = log1p
-        self._fitted = 0  # number of buffered values the model has seen
-
-    def _transform(self, values: Sequence[float]) -> np.ndarray:
-        arr = np.asarray(values, dtype=np.float64)
-        return np.log1p(np.maximum(arr, 0.0)) if self._log_space else arr
-
-    @staticmethod
-    def _fit(series: np.ndarray) -> Any:
-        import pmdarima
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return pmdarima.auto_arima(series, suppress_warnings=True, error_action="ignore")
-
-    def _forecast(self) -> float:
-        values = self._values
-        if all(v == values[0] for v in values):
-            return values[0]  # auto_arima cannot fit a constant series; the constant is the answer
-        with threadpool_limits(limits=1):  # tiny fits: extra BLAS threads only contend
-            return self._fit_and_forecast(values)
-
-    def _fit_and_forecast(self, values: list[float]) -> float:
-        try:
-            if self._model is None:
-                self._model = self._fit(self._transform(values))
-                p, _d, q = self._model.order
-                if not self._log_space and p == 0 and q == 0:
-                    # a (0,d,0) fit only repeats/extrapolates the last value: retry in log space
-                    self._log_space = True
-                    self._model = self._fit(self._transform(values))
-                self._fitted = len(values)
-            elif self._fitted < len(values):
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    self._model.update(self._transform(values[self._fitted:]))
-                self._fitted = len(values)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                y = float(np.asarray(self._model.predict(n_periods=1))[0])
-            if not math.isfinite(y):
-                return self.get_last_value()
-            return max(0.0, math.expm1(y) if self._log_space else y)
-        except Exception:  # noqa: BLE001 - any fitting failure degrades to the constant forecast
-            return self.get_last_value()
-
-
-class ProphetPredictor(LoadPredictor):
-    """Prophet refitted on the last ``window_size`` points, spaced by the throughput interval."""
-
-    minimum_data_points = 5
-
-    def __init__(self, log1p: bool = False, window_size: int = 50, interval_s: float = 180.0) -> None:
-        super().__init__(log1p)
-        self.window_size = int(window_size)
-        self.interval_s = float(interval_s)
-        self._window: deque[tuple[int, float]] = deque(maxlen=max(self.window_size, 1))
-        self._count = 0
-
-    def _on_added(self, value: float) -> None:
-        self._window.append((self._count, value))
-        self._count += 1
-
-    def predict_next(self) -> float:
-        if len(self._window) < self.minimum_data_points:
-            return self.get_last_value()
-        return self._forecast()
-
-    def _forecast(self) -> float:
-        import pandas as pd
-
-        _quiet_forecasting_libraries()
-        from prophet import Prophet
-
-        epoch = pd.Timestamp(_PROPHET_EPOCH)
-        step = pd.Timedelta(seconds=self.interval_s)
-        frame = pd.DataFrame({
-            "ds": [epoch + k * step for k, _ in self._window],
-            "y": [self._to_model(v) for _, v in self._window],
-        })
-        next_ds = epoch + (self._window[-1][0] + 1) * step
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                # uncertainty_samples=0 skips the interval sampling; yhat (all we use) is unchanged
-                model = Prophet(uncertainty_samples=0)
-                model.fit(frame)
-                yhat = float(model.predict(pd.DataFrame({"ds": [next_ds]}))["yhat"].iloc[0])
-        except Exception:  # noqa: BLE001 - a failed fit falls back to the last value
-            return self.get_last_value()
-        if not math.isfinite(yhat):
-            return self.get_last_value()
-        return self._from_model(yhat)
-
-
-class KalmanPredictor(LoadPredictor):
-    """Local-linear-trend Kalman filter: cheap, reactive, follows ramps without refitting."""
-
-    def __init__(self, log1p: bool = False, q_level: float = 1.0, q_trend: float = 0.1,
-                 r: float = 10.0, min_points: int = 5) -> None:
-        super().__init__(log1p)
-        from filterpy.kalman import KalmanFilter
-
-        self.minimum_data_points = int(min_points)
-        kf = KalmanFilter(dim_x=2, dim_z=1)
-        kf.F = np.array([[1.0, 1.0], [0.0, 1.0]])
-        kf.H = np.array([[1.0, 0.0]])
-        kf.P = np.eye(2) * 1000.0
-        kf.R = np.array([[float(r)]])
-        kf.Q = np.diag([max(float(q_level), _Q_FLOOR), max(float(q_trend), _Q_FLOOR)])
-        self._kf = kf
-        self._initialised = False
-        self._advanced = False  # a forecast already ran the predict step for this interval
-        self._cached: float | None = None
-
-    def _on_added(self, value: float) -> None:
-        z = self._to_model(value)
-        if not self._initialised:
-            self._kf.x = np.array([[z], [0.0]])
-            self._initialised = True
-        else:
-            if not self._advanced:
-                self._kf.predict()
-            self._kf.update(np.array([[z]]))
-        self._advanced = False
-        self._cached = None
-
-    def _forecast(self) -> float:
-        if not self._advanced:
-            self._kf.predict()
-            self._advanced = True
-            self._cached = float(self._kf.x[0, 0])
-        assert self._cached is not None
-        return self._from_model(self._cached)
-
-
-def family_min_points(fields: dict[str, Any]) -> int:
-    """Points a family needs before it forecasts (constant 1, arima/prophet 5, kalman its own)."""
-    family = fields["load_predictor"]
-    if family == "constant":
-        return ConstantPredictor.minimum_data_points
-    if family == "arima":
-        return ArimaPredictor.minimum_data_points
-    if family == "prophet":
-        return ProphetPredictor.minimum_data_points
-    if family == "kalman":
-        return int(fields["kalman_min_points"])
-    raise _unknown_family(family)
-
-
-def make_predictor(fields: dict[str, Any], interval_s: float) -> LoadPredictor:
-    """A fresh predictor of the entry's family, configured from its flat planner fields."""
-    family = fields["load_predictor"]
-    log1p = bool(fields.get("load_predictor_log1p", False))
-    if family == "constant":
-        return ConstantPredictor(log1p)
-    if family == "arima":
-        return ArimaPredictor(log1p)
-    if family == "prophet":
-        return ProphetPredictor(log1p, window_size=int(fields["prophet_window_size"]), interval_s=interval_s)
-    if family == "kalman":
-        return KalmanPredictor(log1p, q_level=float(fields["kalman_q_level"]),
-                               q_trend=float(fields["kalman_q_trend"]), r=float(fields["kalman_r"]),
-                               min_points=int(fields["kalman_min_points"]))
-    raise _unknown_family(family)
-
-
-def _unknown_family(family: Any) -> ValueError:
-    return ValueError(f"load_predictor {family!r} is not a known family; allowed: {list(PREDICTOR_FAMILIES)}")
-
-
-def entry_fields(entry: Entry) -> dict[str, Any]:
-    """Validated flat fields of one load_predictor_candidates entry (ValueError names a bad family)."""
-    raw = decode_composite("load_predictor_candidates", entry)
-    family = raw.get("load_predictor")
-    if family not in PREDICTOR_FAMILIES:
-        raise _unknown_family(family)
-    return predictor_fields(entry)
-
-
 # ---------------------------------------------------------------- evaluation (§8.3)
 
 
@@ -507,7 +146,7 @@ def pick_winner(entries: Sequence[Entry], losses: Sequence[float]) -> Entry | No
     return best
 
 
-def sweep_windows(windows_by_interval: dict[int, Sequence[Window]], entries: Sequence[Entry]) -> LoadPredictorResult:
+def sweep_windows(windows_by_interval: Mapping[int, Sequence[Window]], entries: Sequence[Entry]) -> LoadPredictorResult:
     """Score every entry on every interval's windows and choose winners (the trace-free core)."""
     fields = [entry_fields(e) for e in entries]  # validates every family up front
     labels = [entry_label("load_predictor_candidates", e, i) for i, e in enumerate(entries)]
@@ -534,7 +173,7 @@ def sweep_windows(windows_by_interval: dict[int, Sequence[Window]], entries: Seq
 def sweep_load_predictor(config: SmartSearchConfig, trace_path: Path | None,
                          kept_policies: Sequence[Entry]) -> LoadPredictorResult:
     """The §8 sub-sweep: skip without throughput scaling, constant for synthetic load, else grid-search."""
-    intervals = throughput_intervals(kept_policies)
+    intervals = throughput_intervals(list(kept_policies))
     if not intervals:
         return LoadPredictorResult(best_by_interval={}, losses={}, reason=REASON_NO_THROUGHPUT)
     if not config.workload.is_trace:
@@ -552,9 +191,6 @@ def sweep_load_predictor(config: SmartSearchConfig, trace_path: Path | None,
 
 
 __all__ = [
-    "LoadPredictorResult", "LOAD_PREDICTOR_SCHEMA", "Window", "TraceArrivals", "throughput_intervals",
-    "read_trace", "windows_from_arrivals", "build_windows", "log_error", "window_loss", "LoadPredictor",
-    "ConstantPredictor", "ArimaPredictor", "ProphetPredictor", "KalmanPredictor", "make_predictor",
-    "family_min_points", "entry_fields", "common_warmup", "evaluate_entry", "pick_winner", "sweep_windows",
-    "sweep_load_predictor", "REASON_NO_THROUGHPUT", "REASON_STATIC", "REASON_SWEPT", "FALLBACK_ENTRY",
+    "LoadPredictorResult", "common_warmup", "evaluate_entry", "pick_winner", "sweep_windows", "sweep_load_predictor",
+    "REASON_NO_THROUGHPUT", "REASON_STATIC", "REASON_SWEPT", "FALLBACK_ENTRY",
 ]

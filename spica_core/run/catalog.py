@@ -1,32 +1,141 @@
 """The run folder and its stage artifacts, declared in one place (a Kedro-style catalog).
 
-Every stage writes one Parquet file into ``runs/<run id>/``; writes are atomic so a crash never
-leaves a half-written artifact that a resumed run would trust.
+Every stage writes one Parquet file into ``runs/<run id>/``. :data:`CATALOG` declares each stage
+once: its file, its Arrow schema, the Python type its rows stand for and the named inputs its
+*input fingerprint* is formed from. The fingerprint is stored in the file's schema metadata, so a
+task asks :meth:`RunDir.fresh` whether the artifact on disk was computed from the inputs it has
+now — if so it reads the artifact back, otherwise it computes and writes it. Writes are atomic,
+so a crash never leaves a half-written artifact that a resumed run would trust.
 """
 from __future__ import annotations
 
+import importlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-# stage name -> file name inside the run folder
-CATALOG: Final[dict[str, str]] = {
-    "config": "config.parquet",
-    "branches": "branches.parquet",
-    "shapes": "shapes.parquet",
-    "load_predictor": "load_predictor.parquet",
-    "trials": "trials.parquet",
-    "ranking": "ranking.parquet",
-}
+from spica_core.errors import RunDirError
+from spica_core.run.fingerprint import fingerprint
 
 DEFAULT_RUNS_ROOT: Final = Path("runs")
 
+# Schema-metadata key under which an artifact records the fingerprint of the inputs it came from.
+FINGERPRINT_KEY: Final = b"spica.inputs_fingerprint"
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage's artifact: file, columns, what its rows stand for, what its input fingerprint covers.
+
+    ``row_type`` is a dotted path, not the class itself: the domain packages import their schemas
+    from here, so importing them back would be a cycle.
+    """
+
+    name: str
+    file: str
+    schema: pa.Schema
+    row_type: str               # dotted path of the Python type the rows stand for
+    rows_are: str               # what one row is, and how rows make up the row type
+    inputs: tuple[str, ...]     # the named values the input fingerprint is formed from
+
+    def fingerprint(self, **inputs: Any) -> str:
+        """Hash of exactly the declared inputs (JSON values); a missing or extra input is a bug."""
+        if sorted(inputs) != sorted(self.inputs):
+            raise TypeError(f"the {self.name} fingerprint is formed from {sorted(self.inputs)}, got {sorted(inputs)}")
+        return fingerprint({"stage": self.name, "inputs": inputs})
+
+    def row_class(self) -> type:
+        """The declared row type, imported on demand."""
+        module, _, name = self.row_type.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+
+CONFIG_SCHEMA: Final = pa.schema([
+    ("run_id", pa.string()),
+    ("config_fingerprint", pa.string()),
+    ("trace_fingerprint", pa.string()),
+    ("trace_file", pa.string()),
+    ("engines_json", pa.string()),
+    ("config_json", pa.string()),
+])
+
+BRANCHES_SCHEMA: Final = pa.schema([
+    ("mode", pa.string()), ("backend", pa.string()), ("backend_version", pa.string()),
+    ("parallel_config", pa.string()), ("label", pa.string()), ("strategy", pa.string()),
+    ("used_gpus", pa.int64()), ("pinned", pa.bool_()), ("supported", pa.bool_()), ("reason", pa.string()),
+])
+
+SHAPES_SCHEMA: Final = pa.schema([
+    ("backend", pa.string()), ("backend_version", pa.string()), ("shape", pa.string()),
+    ("tp", pa.int64()), ("attention_dp", pa.int64()), ("moe_tp", pa.int64()), ("moe_ep", pa.int64()),
+    ("pp", pa.int64()), ("gpus", pa.int64()), ("strategy", pa.string()),
+    ("kv_tokens_per_rank", pa.int64()), ("max_seq_len", pa.int64()), ("feasible", pa.bool_()),
+    ("reason", pa.string()),
+])
+
+LOAD_PREDICTOR_SCHEMA: Final = pa.schema([
+    ("interval_seconds", pa.int64()),
+    ("entry_label", pa.string()),
+    ("entry_json", pa.string()),
+    ("mean_loss", pa.float64()),
+    ("winner", pa.bool_()),
+    ("reason", pa.string()),
+])
+
+TRIALS_SCHEMA: Final = pa.schema([
+    ("mode", pa.string()), ("round", pa.int64()), ("ask", pa.int64()), ("trial", pa.int64()),
+    ("status", pa.string()),
+    ("reason", pa.string()), ("cache_hit", pa.bool_()), ("duplicate_of", pa.int64()), ("cache_key", pa.string()),
+    ("backend", pa.string()), ("used_gpus", pa.int64()), ("parallel", pa.string()), ("score", pa.float64()),
+    ("objectives_json", pa.string()), ("metrics_json", pa.string()), ("params_json", pa.string()),
+    ("selection_json", pa.string()), ("projection_json", pa.string()), ("parallel_json", pa.string()),
+    ("sample_json", pa.string()), ("eval_seconds", pa.float64()), ("replay_seconds", pa.float64()),
+])
+
+RANKING_SCHEMA: Final = pa.schema([
+    ("rank", pa.int64()), ("mode", pa.string()), ("backend", pa.string()), ("parallel", pa.string()),
+    ("used_gpus", pa.int64()), ("score", pa.float64()), ("objectives_json", pa.string()),
+    ("metrics_json", pa.string()), ("sample_json", pa.string()), ("round", pa.int64()), ("trial", pa.int64()),
+])
+
+# Input names: "config" = the normalised config's fingerprint, "search_config" = the normalised config
+# after the goal's policy filtering (what the later stages search), "trace" = the trace content's
+# fingerprint (None for a synthetic workload), "engines" = the engine versions; a stage name = that
+# stage's input fingerprint; "context" = the search context's key (config after policy filtering and
+# the load-predictor result), "trials" = the trials file's content fingerprint.
+_STAGES: Final = (
+    Stage("config", "config.parquet", CONFIG_SCHEMA, "spica_core.run.identity.RunIdentity",
+          "the one row: the run's identity, its normalised config (config_json) and resolved trace file",
+          ("config", "trace", "engines")),
+    Stage("branches", "branches.parquet", BRANCHES_SCHEMA, "spica_core.space.branches.BackendSpace",
+          "one (mode, backend, parallel config) legality verdict, or one config-less row for a pair that "
+          "cannot run; the rows of a (mode, backend) pair are one BackendSpace, all rows one LegalSpace",
+          ("search_config", "engines")),
+    Stage("shapes", "shapes.parquet", SHAPES_SCHEMA, "spica_core.space.kv.ShapeKV",
+          "the KV verdict of one distinct (backend, worker shape)",
+          ("branches",)),
+    Stage("load_predictor", "load_predictor.parquet", LOAD_PREDICTOR_SCHEMA,
+          "spica_core.predictors.LoadPredictorResult",
+          "one (throughput interval, predictor entry) loss, or an unscored winner; all rows are one "
+          "LoadPredictorResult", ("search_config", "trace")),
+    Stage("trials", "trials.parquet", TRIALS_SCHEMA, "spica_core.search.Trial",
+          "one attempt of one round of one branch (appended per ask)",
+          ("context",)),
+    Stage("ranking", "ranking.parquet", RANKING_SCHEMA, "spica_core.search.RankedCandidate",
+          "one ranked candidate (scalar rank) or one member of the Pareto front",
+          ("trials",)),
+    # emit's "candidates" stage is declared here when it lands.
+)
+
+CATALOG: Final[Mapping[str, Stage]] = {s.name: s for s in _STAGES}
+
 
 class RunDir:
-    """``runs/<run id>/``: where one sweep's artifacts live."""
+    """``runs/<run id>/``: where one sweep's artifacts live, read and written by stage name."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -36,14 +145,43 @@ class RunDir:
         return cls(Path(runs_root or DEFAULT_RUNS_ROOT) / run_id)
 
     def artifact(self, stage: str) -> Path:
-        return self.path / CATALOG[stage]
+        return self.path / CATALOG[stage].file
 
     def has(self, stage: str) -> bool:
         return self.artifact(stage).is_file()
 
-    def write(self, stage: str, rows: list[dict[str, Any]] | pa.Table, schema: pa.Schema | None = None) -> Path:
-        table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, schema=schema)
-        return write_table_atomic(table, self.artifact(stage))
+    def fresh(self, stage: str, inputs_fingerprint: str) -> bool:
+        """Present, computed from these inputs and with the declared columns: read it instead of recomputing."""
+        if not self.has(stage):
+            return False
+        schema = pq.read_schema(self.artifact(stage))
+        stored = (schema.metadata or {}).get(FINGERPRINT_KEY)
+        return stored == inputs_fingerprint.encode() and schema.equals(CATALOG[stage].schema)
+
+    def write(self, stage: str, rows: Sequence[Mapping[str, Any]], inputs_fingerprint: str) -> Path:
+        """Replace the artifact with these rows, tagged with the fingerprint of the inputs they came from."""
+        spec = CATALOG[stage]
+        names = set(spec.schema.names)
+        for row in rows:
+            if set(row) != names:
+                raise ValueError(f"a {stage} row must have exactly the columns {spec.schema.names}; "
+                                 f"missing {sorted(names - set(row))}, extra {sorted(set(row) - names)}")
+        schema = spec.schema.with_metadata({FINGERPRINT_KEY: inputs_fingerprint.encode()})
+        return _write_atomic(pa.Table.from_pylist(list(rows), schema=schema), self.artifact(stage))
+
+    def append(self, stage: str, rows: Sequence[Mapping[str, Any]], inputs_fingerprint: str) -> Path:
+        """Add rows to the artifact (rewritten atomically: a crash keeps the old file).
+
+        Stored rows computed from other inputs are never mixed with new ones: that raises, and the
+        caller decides (``fresh`` first, ``write`` to start over).
+        """
+        old: list[dict[str, Any]] = []
+        if self.has(stage):
+            if not self.fresh(stage, inputs_fingerprint):
+                raise RunDirError(f"{self.artifact(stage)} was computed from other inputs; "
+                                  f"rows for these inputs cannot be appended to it")
+            old = self.rows(stage)
+        return self.write(stage, [*old, *rows], inputs_fingerprint)
 
     def read(self, stage: str) -> pa.Table:
         return pq.read_table(self.artifact(stage))
@@ -52,9 +190,16 @@ class RunDir:
         return self.read(stage).to_pylist()
 
 
-def write_table_atomic(table: pa.Table, path: Path) -> Path:
+def _write_atomic(table: pa.Table, path: Path) -> Path:
+    """Write beside the target, then rename over it: readers see the old file or the new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     pq.write_table(table, tmp)
     os.replace(tmp, path)
     return path
+
+
+__all__ = [
+    "CATALOG", "Stage", "RunDir", "DEFAULT_RUNS_ROOT", "FINGERPRINT_KEY",
+    "CONFIG_SCHEMA", "BRANCHES_SCHEMA", "SHAPES_SCHEMA", "LOAD_PREDICTOR_SCHEMA", "TRIALS_SCHEMA", "RANKING_SCHEMA",
+]

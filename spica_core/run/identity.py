@@ -11,8 +11,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from spica_core.config.model import SmartSearchConfig
 from spica_core.run.fingerprint import canonical_json, file_fingerprint, fingerprint
 
@@ -31,6 +29,8 @@ def engine_versions() -> dict[str, str]:
 
 @dataclass(frozen=True)
 class RunIdentity:
+    """Who a run is: its id and the fingerprints it is formed from (the row type of ``config.parquet``)."""
+
     run_id: str
     config_fingerprint: str
     trace_fingerprint: str | None
@@ -43,16 +43,6 @@ def identify(config: SmartSearchConfig, trace_file: Path | None) -> RunIdentity:
     engines = engine_versions()
     run_id = fingerprint({"config": config_fp, "trace": trace_fp, "engines": engines})
     return RunIdentity(run_id, config_fp, trace_fp, engines)
-
-
-CONFIG_SCHEMA = pa.schema([
-    ("run_id", pa.string()),
-    ("config_fingerprint", pa.string()),
-    ("trace_fingerprint", pa.string()),
-    ("trace_file", pa.string()),
-    ("engines_json", pa.string()),
-    ("config_json", pa.string()),
-])
 
 
 def config_rows(config: SmartSearchConfig, identity: RunIdentity, trace_file: Path | None) -> list[dict[str, Any]]:

@@ -4,10 +4,11 @@ Two stages, each with its own artifact:
 
 1. :func:`legal_space` — per mode × backend, is the pair runnable (replay support, perf DB) and
    which parallel configs are legal (§2.12 steps 2–7, §2.13 rules). No memory estimate yet.
-   Rows: ``branches.parquet``.
+   Rows: ``branches.parquet``; :meth:`LegalSpace.from_rows` rebuilds the same space from them.
 2. :func:`kv_filter` — estimate KV per distinct (backend, shape) (§2.12 step 8), drop infeasible
    configs and empty backends / modes, prune dead knobs (§2.11) and build the :class:`Branch`
-   objects the study uses. Rows: ``shapes.parquet``.
+   objects the study uses. Rows: ``shapes.parquet``; :func:`records_from_rows` reads them back, so
+   a resumed run builds its branches without a single memory estimate.
 
 :func:`enumerate_branches` runs both.
 """
@@ -17,8 +18,6 @@ import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
-
-import pyarrow as pa
 
 from spica_core.config.knobs import COMPOSITE_PRESETS, INT_KNOBS
 from spica_core.config.model import DisaggParallel, ParallelShape, SmartSearchConfig
@@ -34,20 +33,7 @@ log = logging.getLogger(__name__)
 
 TRTLLM_DISAGG_REASON = ("Dynamo replay cannot run TRT-LLM disaggregated (trtllm + disagg is unsupported); "
                         "use vllm or sglang for disagg")
-
-BRANCHES_SCHEMA = pa.schema([
-    ("mode", pa.string()), ("backend", pa.string()), ("backend_version", pa.string()),
-    ("parallel_config", pa.string()), ("label", pa.string()), ("strategy", pa.string()),
-    ("used_gpus", pa.int64()), ("pinned", pa.bool_()), ("supported", pa.bool_()), ("reason", pa.string()),
-])
-
-SHAPES_SCHEMA = pa.schema([
-    ("backend", pa.string()), ("backend_version", pa.string()), ("shape", pa.string()),
-    ("tp", pa.int64()), ("attention_dp", pa.int64()), ("moe_tp", pa.int64()), ("moe_ep", pa.int64()),
-    ("pp", pa.int64()), ("gpus", pa.int64()), ("strategy", pa.string()),
-    ("kv_tokens_per_rank", pa.int64()), ("max_seq_len", pa.int64()), ("feasible", pa.bool_()),
-    ("reason", pa.string()),
-])
+NO_LEGAL_PIN_REASON = "no pinned parallel config is legal for this backend"
 
 
 def config_json(config: ParallelConfig) -> str:
@@ -106,6 +92,27 @@ class BackendSpace:
     pin_reasons: Mapping[ParallelConfig, str] = field(default_factory=dict)  # pins: "" = legal
 
 
+def _pair_drop_reason(mode: str, backend: str, system: SystemFacts) -> str | None:
+    """Why a (mode, backend) pair cannot run at all (replay support, perf DB), or None."""
+    if backend == "trtllm" and mode == "disagg":
+        return TRTLLM_DISAGG_REASON
+    if backend not in system.backend_versions:
+        have = ", ".join(system.backend_versions) or "none"
+        return (f"aiconfigurator-core has no perf database for {backend} on {system.name} "
+                f"(backends with data: {have})")
+    return None
+
+
+def _pinned_space(mode: Mode, backend: str, version: str | None, dropped: str | None,
+                 reasons: Mapping[ParallelConfig, str]) -> BackendSpace:
+    """A pinned (mode, backend): every pin with its rejection reason ("" = legal), in pin order."""
+    legal = tuple(pc for pc, reason in reasons.items() if not reason)
+    if dropped is None and not legal:
+        dropped = NO_LEGAL_PIN_REASON
+    shapes = tuple(sorted({s for pc in legal for s in pc.shapes}, key=lambda s: (s.gpus, s.sort_key())))
+    return BackendSpace(mode, backend, version, legal, shapes, dropped, reasons)
+
+
 @dataclass(frozen=True)
 class LegalSpace:
     """Stage 1's result: the facts and every (mode, backend) space."""
@@ -134,8 +141,40 @@ class LegalSpace:
                             "supported": not reason, "reason": reason})
         return out
 
-    def table(self) -> pa.Table:
-        return pa.Table.from_pylist(self.rows(), schema=BRANCHES_SCHEMA)
+    @classmethod
+    def from_rows(cls, config: SmartSearchConfig, rows: Sequence[Mapping[str, Any]]) -> LegalSpace:
+        """The space :meth:`rows` was written from, without enumerating again.
+
+        Facts are cached reads. The one thing the rows do not list, a derived pair's worker shapes,
+        comes from the pure §2.12 shape rules (no aiconfigurator-core call).
+        """
+        ss = config.search_space
+        model = model_facts(ss.model_name)
+        system = system_facts(ss.hardware_sku)
+        pins = pinned_configs(config)
+        by_pair: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+        for row in rows:
+            by_pair.setdefault((row["mode"], row["backend"]), []).append(row)
+        spaces: list[BackendSpace] = []
+        for mode in ss.deployment_mode:
+            for backend in ss.backend:
+                pair = by_pair[(mode, backend)]
+                version = pair[0]["backend_version"]
+                dropped = _pair_drop_reason(mode, backend, system)
+                if pins:
+                    reasons = {ParallelConfig.from_dict(mode, json.loads(r["parallel_config"])): r["reason"]  # type: ignore[arg-type]
+                               for r in pair}
+                    spaces.append(_pinned_space(mode, backend, version, dropped, reasons))  # type: ignore[arg-type]
+                    continue
+                if dropped is not None:
+                    spaces.append(BackendSpace(mode, backend, version, (), (), dropped))  # type: ignore[arg-type]
+                    continue
+                configs = tuple(ParallelConfig.from_dict(mode, json.loads(r["parallel_config"]))  # type: ignore[arg-type]
+                                for r in pair if r["parallel_config"] is not None)
+                reason = None if configs else pair[0]["reason"]
+                shapes = tuple(worker_shapes(model.is_moe, ss.gpu_budget, backend))
+                spaces.append(BackendSpace(mode, backend, version, configs, shapes, reason))  # type: ignore[arg-type]
+        return cls(config, model, system, max_seq_len(ss.model_name, ss.context_length), pins, tuple(spaces))
 
 
 def legal_space(config: SmartSearchConfig) -> LegalSpace:
@@ -153,21 +192,11 @@ def legal_space(config: SmartSearchConfig) -> LegalSpace:
     for mode in ss.deployment_mode:
         for backend in ss.backend:
             version = system.backend_versions.get(backend)
-            dropped: str | None = None
-            if backend == "trtllm" and mode == "disagg":
-                dropped = TRTLLM_DISAGG_REASON
-            elif version is None:
-                have = ", ".join(system.backend_versions) or "none"
-                dropped = (f"aiconfigurator-core has no perf database for {backend} on {system.name} "
-                           f"(backends with data: {have})")
+            dropped = _pair_drop_reason(mode, backend, system)
             if pins:
                 reasons = {pc: (dropped or config_rejection(pc, model.is_moe, backend, ss.gpu_budget,
                                                             ss.min_gpu_budget) or "") for pc in pins}
-                legal = tuple(pc for pc in pins if not reasons[pc])
-                if dropped is None and not legal:
-                    dropped = "no pinned parallel config is legal for this backend"
-                shapes = tuple(sorted({s for pc in legal for s in pc.shapes}, key=lambda s: (s.gpus, s.sort_key())))
-                spaces.append(BackendSpace(mode, backend, version, legal, shapes, dropped, reasons))  # type: ignore[arg-type]
+                spaces.append(_pinned_space(mode, backend, version, dropped, reasons))  # type: ignore[arg-type]
                 continue
             if dropped is not None:
                 spaces.append(BackendSpace(mode, backend, version, (), (), dropped))  # type: ignore[arg-type]
@@ -280,9 +309,6 @@ class BranchSet:
     def shape_rows(self) -> list[dict[str, Any]]:
         return [r.row() for r in self.shape_records]
 
-    def shapes_table(self) -> pa.Table:
-        return shapes_table(self.shape_records)
-
 
 def estimate_shapes(space: LegalSpace) -> dict[tuple[str, Shape], ShapeKV]:
     """§2.12 step 8 for every distinct (backend, shape) of a runnable (mode, backend) pair."""
@@ -304,16 +330,23 @@ def ordered_records(records: Mapping[tuple[str, Shape], ShapeKV], backend_order:
                   key=lambda r: (list(backend_order).index(r.backend), r.shape.gpus, r.shape.sort_key()))
 
 
-def shapes_table(records: Sequence[ShapeKV]) -> pa.Table:
-    """``shapes.parquet`` from KV records."""
-    return pa.Table.from_pylist([r.row() for r in records], schema=SHAPES_SCHEMA)
+def records_from_rows(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, Shape], ShapeKV]:
+    """The KV records ``shapes.parquet`` holds (:meth:`ShapeKV.row` read back), keyed like :func:`estimate_shapes`."""
+    records: dict[tuple[str, Shape], ShapeKV] = {}
+    for row in rows:
+        shape = Shape(int(row["tp"]), int(row["attention_dp"]), int(row["moe_tp"]), int(row["moe_ep"]), int(row["pp"]))
+        records[(row["backend"], shape)] = ShapeKV(row["backend"], row["backend_version"], shape,
+                                                   row["kv_tokens_per_rank"], int(row["max_seq_len"]),
+                                                   bool(row["feasible"]), row["reason"])
+    return records
 
 
 def kv_filter(space: LegalSpace, records: Mapping[tuple[str, Shape], ShapeKV] | None = None) -> BranchSet:
     """Stage 2: KV-filter every legal config, drop empty backends and modes, build the branches.
 
-    ``records`` (from :func:`estimate_shapes`) may be passed to avoid estimating twice. Raises
-    NoViableParallelConfigError when a pin is feasible for no backend or no mode survives.
+    ``records`` (from :func:`estimate_shapes`, or read back with :func:`records_from_rows`) may be passed
+    to avoid estimating again. Raises NoViableParallelConfigError when a pin is feasible for no backend
+    or no mode survives.
     """
     config = space.config
     ss = config.search_space
@@ -386,7 +419,7 @@ def enumerate_branches(config: SmartSearchConfig) -> BranchSet:
 
 __all__ = [
     "Branch", "BranchSet", "BackendSpace", "LegalSpace", "Dropped", "legal_space", "kv_filter", "estimate_shapes",
-    "ordered_records", "shapes_table",
+    "ordered_records", "records_from_rows",
     "enumerate_branches", "pinned_configs", "config_json", "config_strategy",
-    "engine_sizes", "BRANCHES_SCHEMA", "SHAPES_SCHEMA", "TRTLLM_DISAGG_REASON",
+    "engine_sizes", "TRTLLM_DISAGG_REASON", "NO_LEGAL_PIN_REASON",
 ]

@@ -8,7 +8,6 @@ from __future__ import annotations
 from itertools import product
 from typing import Iterable, Sequence
 
-from spica_core.space.facts import ModelFacts
 from spica_core.space.parallel import Mode, ParallelConfig, RoleConfig, Shape
 
 # §2.12 step 2: GPUs per worker.
@@ -137,17 +136,6 @@ def configs_from_shapes(mode: Mode, shapes: Sequence[Shape], gpu_budget: int,
     return disagg_configs(shapes, shapes, gpu_budget, min_gpu_budget)
 
 
-def enumerate_parallel_configs(model: ModelFacts | bool, gpu_budget: int, mode: Mode, backend: str,
-                               min_gpu_budget: int | None = None) -> list[ParallelConfig]:
-    """§2.12 steps 2–7 without the KV filter: every legal config for this mode and backend.
-
-    ``model`` is the model's facts (or just its is_moe flag). Use ``kv.parallel_configs_for`` for
-    the KV-filtered list the search actually uses.
-    """
-    is_moe = model if isinstance(model, bool) else model.is_moe
-    return configs_from_shapes(mode, worker_shapes(is_moe, gpu_budget, backend), gpu_budget, min_gpu_budget)
-
-
 def config_rejection(config: ParallelConfig, is_moe: bool, backend: str, gpu_budget: int,
                      min_gpu_budget: int | None = None) -> str | None:
     """Why a (pinned) config is not in the enumerated list for this backend, ignoring KV (None = it is)."""
@@ -177,5 +165,5 @@ def strategies(configs: Iterable[ParallelConfig]) -> list[str]:
 __all__ = [
     "GPU_LADDER", "MOE_SCAN", "MOE_PATTERNS", "moe_pattern", "backend_rejects", "shape_rejection",
     "worker_shapes", "role_configs", "agg_configs", "disagg_configs", "configs_from_shapes",
-    "enumerate_parallel_configs", "config_rejection", "sort_configs", "strategies",
+    "config_rejection", "sort_configs", "strategies",
 ]

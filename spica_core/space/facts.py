@@ -1,4 +1,4 @@
-"""Model and GPU facts from aiconfigurator-core (reference §2.12 step 1, step 8).
+"""Model and GPU facts from aiconfigurator-core (reference §2.12 step 1); KV capacity is ``kv.py``.
 
 Everything here is read from the installed aiconfigurator-core: its bundled model configs, its
 system specs and its perf database. Nothing is tabulated by hand, so a new AIC release changes
@@ -14,12 +14,8 @@ from functools import lru_cache
 from typing import Any
 
 from spica_core.errors import NoPerfDatabaseError, UnknownModelError, UnknownSystemError
-from spica_core.space.parallel import Shape
 
 _AIC_LOGGERS = ("aiconfigurator_core", "aiconfigurator")
-
-# Substrings of estimator errors that mean "this shape cannot hold the model", not a bug (§2.12 step 8).
-KV_SHAPE_ERRORS: tuple[str, ...] = ("no KV budget", "Invalid quantized MoE configuration")
 
 # Backends in the order aiconfigurator-core names them; used to probe weights and perf DBs.
 _AIC_BACKENDS: tuple[str, ...] = ("trtllm", "sglang", "vllm")
@@ -189,82 +185,7 @@ def backend_version(sku: str, backend: str) -> str:
         ) from None
 
 
-def enable_wideep(model: ModelFacts, system: SystemFacts) -> bool:
-    """§2.12 step 1: a MoE model one node cannot hold twice over (reported; no longer changes enumeration)."""
-    return model.is_moe and system.gpus_per_node * system.vram_bytes_per_gpu < 2 * model.weight_bytes
-
-
-# ---------------------------------------------------------------- KV capacity
-
-
-def memory_fraction_kind(backend: str) -> str:
-    """TRT-LLM's fraction is of free memory after weights; vLLM/SGLang's is of total memory."""
-    return "of_free" if backend == "trtllm" else "of_total"
-
-
-@lru_cache(maxsize=None)
-def kv_estimate(
-    model_name: str,
-    sku: str,
-    backend: str,
-    shape: Shape,
-    *,
-    max_num_tokens: int = 8192,
-    max_batch_size: int = 256,
-    memory_fraction: float = 0.9,
-    nextn: int | None = None,
-) -> tuple[int | None, str]:
-    """(per-rank KV tokens, "") or (None, the estimator's reason) for a shape that cannot hold the model."""
-    from aiconfigurator_core.sdk.memory import estimate_kv_cache
-
-    version = backend_version(sku, backend)
-    try:
-        result = estimate_kv_cache(
-            model_name, sku, backend, version,
-            max_num_tokens=int(max_num_tokens),
-            max_batch_size=int(max_batch_size),
-            memory_fraction_kind=memory_fraction_kind(backend),
-            memory_fraction_value=float(memory_fraction),
-            tp_size=shape.tp,
-            pp_size=shape.pp,
-            attention_dp_size=shape.attention_dp,
-            moe_tp_size=shape.moe_tp,
-            moe_ep_size=shape.moe_ep,
-            nextn=int(nextn or 0),
-            allow_naive_fallback=False,
-        )
-    except ValueError as exc:
-        text = str(exc)
-        for marker in KV_SHAPE_ERRORS:
-            at = text.find(marker)
-            if at >= 0:
-                return None, text[at:].strip()
-        raise
-    return int(result["total_kv_size_tokens"]), ""
-
-
-@lru_cache(maxsize=None)
-def kv_tokens_per_rank(
-    model_name: str,
-    sku: str,
-    backend: str,
-    shape: Shape,
-    *,
-    max_num_tokens: int = 8192,
-    max_batch_size: int = 256,
-    memory_fraction: float = 0.9,
-    nextn: int | None = None,
-) -> int | None:
-    """Per-rank KV capacity in tokens (AIC ``total_kv_size_tokens``), or None if the shape cannot hold the model.
-
-    None only for the estimator's "no KV budget" and "Invalid quantized MoE configuration" errors;
-    anything else (a bug, a missing model) propagates. No perf DB raises NoPerfDatabaseError. Cached.
-    """
-    return kv_estimate(model_name, sku, backend, shape, max_num_tokens=max_num_tokens,
-                       max_batch_size=max_batch_size, memory_fraction=memory_fraction, nextn=nextn)[0]
-
-
 __all__ = [
-    "ModelFacts", "SystemFacts", "model_facts", "system_facts", "backend_version", "kv_tokens_per_rank", "kv_estimate",
-    "bundled_models", "known_systems", "enable_wideep", "memory_fraction_kind", "quiet_aic", "KV_SHAPE_ERRORS",
+    "ModelFacts", "SystemFacts", "model_facts", "system_facts", "backend_version", "bundled_models", "known_systems",
+    "quiet_aic",
 ]

@@ -1,4 +1,7 @@
-"""KV feasibility of worker shapes — reference §2.12 step 8.
+"""KV capacity per rank from aiconfigurator-core's memory estimator, and KV feasibility of shapes (§2.12 step 8).
+
+Every KV number in Spica comes from :func:`kv_estimate`: the feasibility filter here, the
+replay's ``num_gpu_blocks`` and the KV-load concurrency (§5.3) all read the same cached estimate.
 
 A shape is kept iff one rank's KV pool holds one longest sequence: ``total_kv_size_tokens >
 max_seq_len``, with fixed runtime reservations (8192 batched tokens, 256 sequences, memory
@@ -7,17 +10,77 @@ fraction 0.9) so the verdict depends on the shape alone, never on a trial's batc
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Sequence
 
-from spica_core.space.enumeration import configs_from_shapes, worker_shapes
-from spica_core.errors import NoViableParallelConfigError
-from spica_core.space.facts import backend_version, kv_estimate, model_facts
-from spica_core.space.parallel import Mode, ParallelConfig, Shape
+from spica_core.space.facts import backend_version, model_facts
+from spica_core.space.parallel import Shape
 
 # §2.12 step 8: the fixed reservations of the feasibility filter.
 FILTER_MAX_NUM_TOKENS = 8192
 FILTER_MAX_BATCH_SIZE = 256
 FILTER_MEMORY_FRACTION = 0.9
+
+# Substrings of estimator errors that mean "this shape cannot hold the model", not a bug (§2.12 step 8).
+KV_SHAPE_ERRORS: tuple[str, ...] = ("no KV budget", "Invalid quantized MoE configuration")
+
+
+def memory_fraction_kind(backend: str) -> str:
+    """TRT-LLM's fraction is of free memory after weights; vLLM/SGLang's is of total memory."""
+    return "of_free" if backend == "trtllm" else "of_total"
+
+
+@lru_cache(maxsize=None)
+def kv_estimate(
+    model_name: str,
+    sku: str,
+    backend: str,
+    shape: Shape,
+    *,
+    max_num_tokens: int = FILTER_MAX_NUM_TOKENS,
+    max_batch_size: int = FILTER_MAX_BATCH_SIZE,
+    memory_fraction: float = FILTER_MEMORY_FRACTION,
+    nextn: int | None = None,
+) -> tuple[int | None, str]:
+    """(per-rank KV tokens, "") or (None, the estimator's reason) for a shape that cannot hold the model.
+
+    None only for the :data:`KV_SHAPE_ERRORS`; anything else (a bug, a missing model) propagates,
+    and no perf DB raises NoPerfDatabaseError. Cached per argument tuple.
+    """
+    from aiconfigurator_core.sdk.memory import estimate_kv_cache
+
+    version = backend_version(sku, backend)
+    try:
+        result = estimate_kv_cache(
+            model_name, sku, backend, version,
+            max_num_tokens=int(max_num_tokens),
+            max_batch_size=int(max_batch_size),
+            memory_fraction_kind=memory_fraction_kind(backend),
+            memory_fraction_value=float(memory_fraction),
+            tp_size=shape.tp,
+            pp_size=shape.pp,
+            attention_dp_size=shape.attention_dp,
+            moe_tp_size=shape.moe_tp,
+            moe_ep_size=shape.moe_ep,
+            nextn=int(nextn or 0),
+            allow_naive_fallback=False,
+        )
+    except ValueError as exc:
+        text = str(exc)
+        for marker in KV_SHAPE_ERRORS:
+            at = text.find(marker)
+            if at >= 0:
+                return None, text[at:].strip()
+        raise
+    return int(result["total_kv_size_tokens"]), ""
+
+
+def kv_tokens_per_rank(model_name: str, sku: str, backend: str, shape: Shape, **reservations: Any) -> int | None:
+    """Per-rank KV capacity in tokens (AIC ``total_kv_size_tokens``), or None if the shape cannot hold the model.
+
+    ``reservations`` are :func:`kv_estimate`'s keywords; callers that do not need the reason use this.
+    """
+    return kv_estimate(model_name, sku, backend, shape, **reservations)[0]
 
 
 @dataclass(frozen=True)
@@ -64,32 +127,6 @@ def shape_kv(model_name: str, sku: str, backend: str, shape: Shape, seq_len: int
     return ShapeKV(backend, version, shape, tokens, seq_len, ok, reason)
 
 
-def feasible_shapes(model_name: str, sku: str, backend: str, shapes: Sequence[Shape],
-                    seq_len: int) -> tuple[list[Shape], list[ShapeKV]]:
-    """Filter shapes by KV feasibility; returns (kept shapes in input order, one record per shape)."""
-    records = [shape_kv(model_name, sku, backend, s, seq_len) for s in shapes]
-    return [r.shape for r in records if r.feasible], records
-
-
-def parallel_configs_for(model_name: str, sku: str, gpu_budget: int, mode: Mode, backend: str,
-                         seq_len: int | None = None, min_gpu_budget: int | None = None
-                         ) -> tuple[list[ParallelConfig], list[ShapeKV]]:
-    """§2.12 end to end: legal, KV-feasible configs for one backend, plus the shape records.
-
-    Raises NoPerfDatabaseError (no data for the SKU/backend) or NoViableParallelConfigError (nothing fits).
-    """
-    facts = model_facts(model_name)
-    seq = seq_len if seq_len is not None else facts.max_context
-    backend_version(sku, backend)  # NoPerfDatabaseError before any estimate
-    shapes = worker_shapes(facts.is_moe, gpu_budget, backend)
-    kept, records = feasible_shapes(model_name, sku, backend, shapes, seq)
-    configs = configs_from_shapes(mode, kept, gpu_budget, min_gpu_budget)
-    if not configs:
-        raise NoViableParallelConfigError(no_viable_message(model_name, sku, gpu_budget, mode, backend, records,
-                                                       min_gpu_budget))
-    return configs, records
-
-
 def no_viable_message(model_name: str, sku: str, gpu_budget: int, mode: str, backend: str,
                       records: Sequence[ShapeKV], min_gpu_budget: int | None = None) -> str:
     """A message that says what was tried and why each shape failed, so the user knows what to change."""
@@ -105,5 +142,6 @@ def no_viable_message(model_name: str, sku: str, gpu_budget: int, mode: str, bac
     return f"{head}: {shown}{hint}"
 
 
-__all__ = ["ShapeKV", "max_seq_len", "shape_kv", "feasible_shapes", "parallel_configs_for", "no_viable_message",
-           "FILTER_MAX_NUM_TOKENS", "FILTER_MAX_BATCH_SIZE", "FILTER_MEMORY_FRACTION"]
+__all__ = ["ShapeKV", "max_seq_len", "shape_kv", "no_viable_message", "kv_estimate", "kv_tokens_per_rank",
+           "memory_fraction_kind", "KV_SHAPE_ERRORS", "FILTER_MAX_NUM_TOKENS", "FILTER_MAX_BATCH_SIZE",
+           "FILTER_MEMORY_FRACTION"]

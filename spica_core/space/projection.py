@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 
 from spica_core.space.branches import Branch
 from spica_core.space.params import Param
-from spica_core.space.parallel import ParallelConfig
+from spica_core.space.parallel import Mode, ParallelConfig
 
 ATTENTION_ORDER: tuple[str, ...] = ("tp", "dp")
 FFN_ORDER: tuple[str, ...] = ("ep", "tp")
@@ -162,6 +162,12 @@ class ProjectionRecord:
     def to_json(self) -> str:
         """The trial metadata value (sorted keys, §7.4)."""
         return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, mode: Mode) -> ProjectionRecord:
+        d = json.loads(text)
+        return cls(d["requested_features"], d["actual_features"], float(d["projection_distance"]),
+                   bool(d["mode_projected"]), ParallelConfig.from_dict(mode, d["actual_parallel_config"]))
 
 
 def project(branch: Branch, backend: str, requested: Mapping[str, Any]) -> ProjectionRecord:

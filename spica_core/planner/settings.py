@@ -1,0 +1,117 @@
+"""The planner fields a candidate runs with, and what the planner knows about each role's engines."""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from spica_core.errors import PlannerConfigError
+
+MAX_THROUGHPUT_SCALING_REPLICAS = 8
+
+
+@dataclass(frozen=True)
+class PlannerSettings:
+    """The planner fields a candidate runs with, after Dynamo's PlannerConfig normalisation."""
+
+    mode: str                       # agg | disagg
+    optimization_target: str        # throughput | latency | sla
+    enable_load_scaling: bool
+    enable_throughput_scaling: bool
+    load_interval_s: float = 5.0
+    throughput_interval_s: float = 180.0
+    max_num_fpm_samples: int = 64
+    fpm_sample_bucket_size: int = 16
+    load_scaling_down_sensitivity: int = 80
+    load_min_observations: int = 5
+    ttft_ms: float = 500.0
+    itl_ms: float = 50.0
+    max_gpu_budget: int = 8
+    min_gpu_budget: int = -1
+    min_endpoint: int = 1
+    max_throughput_scaling_replicas: int = MAX_THROUGHPUT_SCALING_REPLICAS
+    predictor: dict[str, Any] = field(default_factory=lambda: {"load_predictor": "constant",
+                                                               "load_predictor_log1p": False})
+
+    @property
+    def scale_interval_s(self) -> float:
+        """gcd (ms resolution) of the load interval and, for sla throughput scaling, the throughput interval."""
+        load_ms = int(round(self.load_interval_s * 1000))
+        if self.enable_throughput_scaling and self.optimization_target == "sla":
+            return math.gcd(load_ms, int(round(self.throughput_interval_s * 1000))) / 1000.0
+        return load_ms / 1000.0
+
+    @classmethod
+    def from_sample(cls, sample: Mapping[str, Any], optimization_target: str, *, ttft_ms: float | None = None,
+                    itl_ms: float | None = None) -> PlannerSettings | None:
+        """None for a static candidate (both scaling flags off); PlannerConfigError for invalid fields."""
+        load_on = bool(sample.get("enable_load_scaling"))
+        tp_on = bool(sample.get("enable_throughput_scaling"))
+        if not (load_on or tp_on):
+            return None
+        if optimization_target not in ("throughput", "latency", "sla"):
+            raise PlannerConfigError(f"planner optimization_target {optimization_target!r} is not supported "
+                                     "(throughput, latency, sla)")
+        if optimization_target != "sla":  # PlannerConfig: easy mode forces load on, throughput off
+            load_on, tp_on = True, False
+        load_iv = sample.get("load_adjustment_interval_seconds") or 5
+        tp_iv = sample.get("throughput_adjustment_interval_seconds") or 180
+        bucket = int(sample.get("fpm_sample_bucket_size") or 16)
+        sens = int(sample.get("load_scaling_down_sensitivity", 80))
+        problems = []
+        if load_iv <= 0 or (tp_on and tp_iv <= 0):
+            problems.append("adjustment intervals must be > 0")
+        if load_on and tp_on and not load_iv < tp_iv:
+            problems.append("load_adjustment_interval_seconds must be shorter than the throughput interval")
+        if math.isqrt(bucket) ** 2 != bucket:
+            problems.append(f"fpm_sample_bucket_size {bucket} must be a perfect square")
+        if not 0 <= sens <= 100:
+            problems.append("load_scaling_down_sensitivity must be within 0..100")
+        if int(sample.get("max_num_fpm_samples") or 64) <= 0:
+            problems.append("max_num_fpm_samples must be > 0")
+        if optimization_target == "sla" and (ttft_ms is None or itl_ms is None):
+            problems.append("the sla target needs both ttft_ms and itl_ms")
+        if problems:
+            raise PlannerConfigError("invalid planner configuration: " + "; ".join(problems))
+        pred = {k: sample[k] for k in ("load_predictor", "load_predictor_log1p", "prophet_window_size",
+                                        "kalman_q_level", "kalman_q_trend", "kalman_r", "kalman_min_points")
+                if k in sample}
+        if "load_predictor" not in pred:
+            pred = {"load_predictor": "constant", "load_predictor_log1p": False}
+        return cls(
+            mode=sample["deployment_mode"], optimization_target=optimization_target,
+            enable_load_scaling=load_on, enable_throughput_scaling=tp_on,
+            load_interval_s=float(load_iv), throughput_interval_s=float(tp_iv),
+            max_num_fpm_samples=int(sample.get("max_num_fpm_samples") or 64), fpm_sample_bucket_size=bucket,
+            load_scaling_down_sensitivity=sens, load_min_observations=int(sample.get("load_min_observations", 5)),
+            ttft_ms=float(ttft_ms if ttft_ms is not None else 500.0),
+            itl_ms=float(itl_ms if itl_ms is not None else 50.0),
+            max_gpu_budget=int(sample.get("gpu_budget") or -1),
+            min_gpu_budget=int(sample["min_gpu_budget"]) if sample.get("min_gpu_budget") else -1,
+            min_endpoint=int(sample["min_endpoint"]) if sample.get("min_endpoint") else 1,
+            predictor=pred,
+        )
+
+
+@dataclass(frozen=True)
+class RoleCapability:
+    """What the planner knows about one role's engines (replay planner §1.2)."""
+
+    gpus_per_replica: int
+    max_kv_tokens: int              # num_gpu_blocks × block_size × dp_size
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    context_length: int | None
+    nextn: int = 0
+    profile: str | None = None      # the role's AIC profile: the forward-pass-time model
+
+    @classmethod
+    def from_role_args(cls, ra: Any, context_length: int | None, nextn: int | None) -> RoleCapability:
+        eng = ra.payload["engine"]
+        return cls(gpus_per_replica=ra.gpus_per_replica, max_kv_tokens=ra.max_kv_tokens,
+                   max_num_batched_tokens=int(eng["max_num_batched_tokens"]), max_num_seqs=int(eng["max_num_seqs"]),
+                   context_length=context_length, nextn=int(nextn or 0), profile=ra.profile)
+
+
+__all__ = ["PlannerSettings", "RoleCapability", "MAX_THROUGHPUT_SCALING_REPLICAS"]

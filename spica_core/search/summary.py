@@ -1,0 +1,25 @@
+"""What a finished sweep reports back to its caller (the CLI's table, the flow's return value)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from spica_core.search.ranking import RankedCandidate
+from spica_core.search.trials import Tally
+
+
+@dataclass(frozen=True)
+class SweepSummary:
+    run_dir: str
+    run_id: str
+    pareto: bool
+    objectives: tuple[str, ...]
+    ranking: tuple[RankedCandidate, ...]
+    tally: Tally
+    stalls: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    load_predictor_reason: str = ""
+    load_predictor_winners: dict[int, Any] = field(default_factory=dict)
+
+
+__all__ = ["SweepSummary"]

@@ -1,0 +1,27 @@
+"""The load-predictor sub-sweep stage (``load_predictor.parquet``), read back when fresh."""
+from __future__ import annotations
+
+import json
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from spica_core.predictors import LoadPredictorResult, sweep_load_predictor
+from spica_core.run.catalog import CATALOG
+
+from tasks.validate import ValidatedRun
+
+
+@task(name="load-predictor sub-sweep", cache_policy=NO_CACHE, log_prints=True)
+def load_predictor_task(run: ValidatedRun) -> LoadPredictorResult:
+    """The winner per throughput interval; depends on the searched config and the trace content only."""
+    inputs = CATALOG["load_predictor"].fingerprint(search_config=run.search_config.normalised(),
+                                                   trace=run.identity.trace_fingerprint)
+    if run.run_dir.fresh("load_predictor", inputs):
+        return LoadPredictorResult.from_rows(run.run_dir.rows("load_predictor"))
+    result = sweep_load_predictor(run.search_config, run.trace_file, run.policies.kept)
+    run.run_dir.write("load_predictor", result.rows(), inputs)
+    if result.best_by_interval:
+        winners = {k: v if isinstance(v, str) else json.dumps(v) for k, v in result.best_by_interval.items()}
+        print(f"load predictor ({result.reason}): {winners}")
+    return result
