@@ -324,3 +324,44 @@ def test_a_folder_holding_another_run_is_refused(config_file: Path, tmp_path: Pa
     other.write_text(CONFIG_YAML.replace("gpu_budget: 8", "gpu_budget: 4"))
     with pytest.raises(RunDirError, match="holds a different run"):
         validate_config.fn(str(other), run_dir=str(tmp_path))
+
+
+# ---------------------------------------------------------------- the whole flow, twice
+
+SWEEP_YAML = """search_space:
+  model_name: Qwen/Qwen3-32B
+  hardware_sku: h200_sxm
+  gpu_budget: 8
+  deployment_mode: [agg]
+  parallel_configs: [{tp: 2, replicas: 2}]
+  router_mode: [round_robin]
+  planner_scaling_policy: [disabled]
+  agg_max_num_batched_tokens: [8192]
+  agg_max_num_seqs: [256, 512]
+workload: {isl: 1000, osl: 50, concurrency: 8, num_request_ratio: 2}
+goal: {target: throughput_per_gpu}
+sweep: {policy: thorough, candidates_per_round: 1, parallel_evals: 1}
+"""
+
+
+@pytest.mark.slow
+def test_a_finished_sweep_rerun_reads_every_stage_back(tmp_path: Path, calls: Calls,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import spica_core.evaluate.pool as pool_mod
+    import tasks.search as search_mod
+    from flows.sweep import sweep
+
+    calls.count(monkeypatch, pool_mod, "evaluate_one")
+    calls.count(monkeypatch, search_mod, "rank_trials")
+    path = tmp_path / "sweep.yaml"
+    path.write_text(SWEEP_YAML)
+    first = sweep(config_path=str(path), run_dir=str(tmp_path / "run"))
+    assert calls.counts == {"legal_space": 1, "estimate_shapes": 1, "shape_kv": 1, "sweep_load_predictor": 1,
+                            "evaluate_one": 2, "rank_trials": 1}
+    written = stamps(tmp_path / "run")
+    assert sorted(written) == sorted(CATALOG[s].file for s in STAGES)
+    again = sweep(config_path=str(path), run_dir=str(tmp_path / "run"))
+    assert calls.counts == {"legal_space": 1, "estimate_shapes": 1, "shape_kv": 1, "sweep_load_predictor": 1,
+                            "evaluate_one": 2, "rank_trials": 1}
+    assert stamps(tmp_path / "run") == written  # no artifact rewritten
+    assert again.ranking == first.ranking and len(first.ranking) == 2

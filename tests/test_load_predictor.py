@@ -282,9 +282,10 @@ def test_no_throughput_policy_skips() -> None:
 
 
 def test_synthetic_workload_uses_constant_last_per_interval() -> None:
-    policies = ["throughput_180_5", "hybrid_600_5", "load_180_5",
-                {"enable_throughput_scaling": True, "enable_load_scaling": False,
-                 "throughput_adjustment_interval_seconds": 240, "load_adjustment_interval_seconds": 5}]
+    policies: list[str | dict[str, Any]] = ["throughput_180_5", "hybrid_600_5", "load_180_5",
+                                            {"enable_throughput_scaling": True, "enable_load_scaling": False,
+                                             "throughput_adjustment_interval_seconds": 240,
+                                             "load_adjustment_interval_seconds": 5}]
     r = sweep_load_predictor(_synthetic_config(), None, policies)
     assert r.reason == REASON_STATIC
     assert r.best_by_interval == {180: "constant_last", 240: "constant_last", 600: "constant_last"}
@@ -344,7 +345,7 @@ def test_sine_trace_picks_non_constant_family_at_180s(sine_trace: Path) -> None:
     assert list(r.losses[180]) == candidates
     assert all(math.isfinite(v) and v > 0 for v in r.losses[180].values())
     winner = r.best_by_interval[180]
-    assert winner != "constant_last"
+    assert isinstance(winner, str) and winner != "constant_last"
     assert r.losses[180][winner] < r.losses[180]["constant_last"]
     assert sum(row["winner"] for row in r.rows()) == 1
 

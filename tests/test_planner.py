@@ -1,6 +1,7 @@
 """The planner policy: Dynamo planner rules tick by tick, and a real sine-wave replay with scaling in the loop."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -14,14 +15,26 @@ from spica_core.space.parallel import ParallelConfig, Shape
 from spica_core.errors import PlannerConfigError
 from spica_core.planner import Budget, PlannerPolicy, PlannerSettings, RoleCapability
 from spica_core.evaluate.profiles import EngineShape, profile_path
-from spica_core.evaluate.candidate import Candidate
+from spica_core.evaluate.candidate import Candidate, Context, LoadPredictorChoice
 from spica_core.evaluate.traces import write_sine_trace
 
 MODEL = "Qwen/Qwen3-32B"
-PLANNER_SAMPLE = {"deployment_mode": "agg", "enable_load_scaling": True, "enable_throughput_scaling": False,
-                  "load_adjustment_interval_seconds": 5, "throughput_adjustment_interval_seconds": 180,
-                  "max_num_fpm_samples": 64, "fpm_sample_bucket_size": 16, "load_scaling_down_sensitivity": 80,
-                  "load_min_observations": 5, "gpu_budget": 64, "min_gpu_budget": None, "min_endpoint": None}
+# load_180_5 with the default FPM sampling and sensitivity: load scaling every 5 s, 64/16 samples, 80 %, 5 obs.
+BASE = Candidate.unroll(SmartSearchConfig.from_dict({"search_space": {
+    "model_name": MODEL, "hardware_sku": "h200_sxm", "gpu_budget": 64, "deployment_mode": ["agg"],
+    "router_mode": ["round_robin"], "agg_max_num_batched_tokens": [8192], "agg_max_num_seqs": [256],
+    "planner_scaling_policy": ["load_180_5"], "planner_fpm_sampling": ["default"],
+    "planner_load_sensitivity": ["default"]}, "workload": {"trace_path": "t.jsonl"}}).search_space,
+    {"deployment_mode": "agg"}, ParallelConfig.from_dict("agg", {"tp": 1}))
+CONTEXT_FIELDS = {f.name for f in dataclasses.fields(Context)}
+
+
+def planner_candidate(**fields: Any) -> Candidate:
+    """BASE with some planner fields (or context fields such as gpu_budget, min_endpoint) changed."""
+    context = {k: v for k, v in fields.items() if k in CONTEXT_FIELDS}
+    planner = {k: v for k, v in fields.items() if k not in CONTEXT_FIELDS}
+    return dataclasses.replace(BASE, planner=dataclasses.replace(BASE.planner, **planner),
+                               context=dataclasses.replace(BASE.context, **context))
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +70,8 @@ def snap(t_s: float, decode: list[dict[str, Any]] | None = None, *, starting: in
 
 def agg_policy(target: str = "throughput", *, max_kv: int = 100_000, gpus: int = 1, profile: str | None = None,
                **sample: Any) -> PlannerPolicy:
-    s = PlannerSettings.from_sample({**PLANNER_SAMPLE, **sample}, target, ttft_ms=sample.pop("ttft_ms", 1000.0),
-                                    itl_ms=sample.pop("itl_ms", 30.0))
+    ttft_ms, itl_ms = sample.pop("ttft_ms", 1000.0), sample.pop("itl_ms", 30.0)
+    s = PlannerSettings.from_candidate(planner_candidate(**sample), target, ttft_ms=ttft_ms, itl_ms=itl_ms)
     assert s is not None
     cap = RoleCapability(gpus_per_replica=gpus, max_kv_tokens=max_kv, max_num_batched_tokens=8192, max_num_seqs=256,
                          context_length=40960, profile=profile)
@@ -69,24 +82,25 @@ def agg_policy(target: str = "throughput", *, max_kv: int = 100_000, gpus: int =
 
 
 def test_settings_follow_planner_config_rules() -> None:
-    assert PlannerSettings.from_sample({**PLANNER_SAMPLE, "enable_load_scaling": False}, "throughput") is None
-    easy = PlannerSettings.from_sample({**PLANNER_SAMPLE, "enable_throughput_scaling": True,
-                                        "enable_load_scaling": False}, "throughput")
+    assert PlannerSettings.from_candidate(planner_candidate(enable_load_scaling=False), "throughput") is None
+    easy = PlannerSettings.from_candidate(planner_candidate(enable_throughput_scaling=True, enable_load_scaling=False),
+                                          "throughput")
     assert easy is not None and easy.enable_load_scaling and not easy.enable_throughput_scaling
-    hybrid = PlannerSettings.from_sample({**PLANNER_SAMPLE, "enable_throughput_scaling": True}, "sla",
-                                         ttft_ms=500, itl_ms=30)
+    hybrid = PlannerSettings.from_candidate(planner_candidate(enable_throughput_scaling=True), "sla",
+                                            ttft_ms=500, itl_ms=30)
     assert hybrid is not None and hybrid.scale_interval_s == 5.0 and hybrid.max_gpu_budget == 64
-    odd = PlannerSettings.from_sample({**PLANNER_SAMPLE, "enable_throughput_scaling": True,
-                                       "load_adjustment_interval_seconds": 10,
-                                       "throughput_adjustment_interval_seconds": 25}, "sla", ttft_ms=1, itl_ms=1)
+    odd = PlannerSettings.from_candidate(planner_candidate(enable_throughput_scaling=True,
+                                                           load_adjustment_interval_seconds=10,
+                                                           throughput_adjustment_interval_seconds=25),
+                                         "sla", ttft_ms=1, itl_ms=1)
     assert odd is not None and odd.scale_interval_s == 5.0
     with pytest.raises(PlannerConfigError, match="perfect square"):
-        PlannerSettings.from_sample({**PLANNER_SAMPLE, "fpm_sample_bucket_size": 8}, "throughput")
+        PlannerSettings.from_candidate(planner_candidate(fpm_sample_bucket_size=8), "throughput")
     with pytest.raises(PlannerConfigError, match="shorter"):
-        PlannerSettings.from_sample({**PLANNER_SAMPLE, "enable_throughput_scaling": True,
-                                     "load_adjustment_interval_seconds": 180}, "sla", ttft_ms=1, itl_ms=1)
+        PlannerSettings.from_candidate(planner_candidate(enable_throughput_scaling=True,
+                                                         load_adjustment_interval_seconds=180), "sla", ttft_ms=1, itl_ms=1)
     with pytest.raises(PlannerConfigError, match="ttft_ms and itl_ms"):
-        PlannerSettings.from_sample(PLANNER_SAMPLE, "sla", ttft_ms=500)
+        PlannerSettings.from_candidate(BASE, "sla", ttft_ms=500)
     assert agg_policy().initial_tick_ms() == 5000.0
 
 
@@ -183,7 +197,7 @@ def test_higher_sensitivity_scales_down_more_readily(profile: str) -> None:
 def test_throughput_target_is_demand_over_engine_capacity(profile: str) -> None:
     p = agg_policy("sla", profile=profile, max_kv=1_000_000, load_min_observations=1, enable_load_scaling=False,
                    enable_throughput_scaling=True, throughput_adjustment_interval_seconds=60,
-                   load_predictor="constant", ttft_ms=1000.0, itl_ms=25.0)
+                   load_predictor=LoadPredictorChoice("constant"), ttft_ms=1000.0, itl_ms=25.0)
     busy = [fpm(kv=40_000, reqs=10)]
     for t in range(5, 60, 5):
         assert p.on_tick(snap(t, busy, traffic={"duration_s": 5.0, "num_req": 0}))["target_decode"] is None

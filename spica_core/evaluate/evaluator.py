@@ -104,7 +104,7 @@ def _prepare(req: EvalRequest, timings: dict[str, float]) -> tuple[Candidate, An
     roles = build_engine_args(candidate, profile_dir=req.profile_dir)
     timings["engine_args_s"] = time.perf_counter() - t1
     sla = req.goal.sla
-    policy = make_policy(candidate.to_sample(), roles, planner_target(req.goal),
+    policy = make_policy(candidate, roles, planner_target(req.goal),
                          ttft_ms=sla.ttft_ms if sla else None, itl_ms=sla.itl_ms if sla else None)
     workload = replay_workload(req.workload, trace_file=req.trace_file,
                                concurrency=concurrency if kv_load is not None else None)

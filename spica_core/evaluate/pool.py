@@ -30,7 +30,7 @@ def _worker_main(conn: Connection) -> None:
     import dynamo._core  # noqa: F401 - warm the runtime before the first deadline starts
 
     from spica_core.evaluate import engine_args, replay  # noqa: F401
-    from spica_core.planner import policy  # noqa: F401
+    from spica_core.planner import make_policy  # noqa: F401
 
     conn.send(("ready", os.getpid()))
     while True:

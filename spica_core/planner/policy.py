@@ -18,6 +18,7 @@ from typing import Any
 from spica_core.planner.budget import Budget, Pools
 from spica_core.planner.estimates import Estimator, WorkerKey
 from spica_core.planner.load_rules import EasyLoadRule, LoadLoop, SlaLoadRule
+from spica_core.evaluate.candidate import Candidate
 from spica_core.planner.settings import PlannerSettings, RoleCapability
 from spica_core.planner.throughput import PredictorFactory, ThroughputLoop, default_predictor_factory
 
@@ -160,18 +161,18 @@ class PlannerPolicy:
         return ready, nd, busy
 
 
-def make_policy(sample: Mapping[str, Any], roles: Mapping[str, Any], optimization_target: str, *,
+def make_policy(candidate: Candidate, roles: Mapping[str, Any], optimization_target: str, *,
                 ttft_ms: float | None = None, itl_ms: float | None = None,
                 predictor_factory: PredictorFactory | None = None) -> PlannerPolicy | None:
     """The candidate's scaling policy, or None for a static candidate."""
-    settings = PlannerSettings.from_sample(sample, optimization_target, ttft_ms=ttft_ms, itl_ms=itl_ms)
+    settings = PlannerSettings.from_candidate(candidate, optimization_target, ttft_ms=ttft_ms, itl_ms=itl_ms)
     if settings is None:
         return None
-    context = sample.get("context_length")
+    context = candidate.context.context_length
     if context is None:
         from spica_core.space.facts import model_facts
-        context = model_facts(sample["model_name"]).max_context
-    caps = {role: RoleCapability.from_role_args(ra, context, sample.get("aic_nextn")) for role, ra in roles.items()}
+        context = model_facts(candidate.context.model_name).max_context
+    caps = {role: RoleCapability.from_role_args(ra, context, candidate.context.aic_nextn) for role, ra in roles.items()}
     return PlannerPolicy(settings, caps, predictor_factory)
 
 

@@ -2,13 +2,17 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from spica_core.errors import PlannerConfigError
+from spica_core.evaluate.candidate import Candidate
 
 MAX_THROUGHPUT_SCALING_REPLICAS = 8
+PLANNER_DEFAULT_LOAD_INTERVAL_S = 5
+PLANNER_DEFAULT_THROUGHPUT_INTERVAL_S = 180
+# Without a swept winner (no throughput scaling, or a load-only policy) the planner forecasts the last value.
+CONSTANT_PREDICTOR: dict[str, Any] = {"load_predictor": "constant", "load_predictor_log1p": False}
 
 
 @dataclass(frozen=True)
@@ -31,8 +35,7 @@ class PlannerSettings:
     min_gpu_budget: int = -1
     min_endpoint: int = 1
     max_throughput_scaling_replicas: int = MAX_THROUGHPUT_SCALING_REPLICAS
-    predictor: dict[str, Any] = field(default_factory=lambda: {"load_predictor": "constant",
-                                                               "load_predictor_log1p": False})
+    predictor: dict[str, Any] = field(default_factory=lambda: dict(CONSTANT_PREDICTOR))
 
     @property
     def scale_interval_s(self) -> float:
@@ -43,11 +46,11 @@ class PlannerSettings:
         return load_ms / 1000.0
 
     @classmethod
-    def from_sample(cls, sample: Mapping[str, Any], optimization_target: str, *, ttft_ms: float | None = None,
-                    itl_ms: float | None = None) -> PlannerSettings | None:
+    def from_candidate(cls, candidate: Candidate, optimization_target: str, *, ttft_ms: float | None = None,
+                       itl_ms: float | None = None) -> PlannerSettings | None:
         """None for a static candidate (both scaling flags off); PlannerConfigError for invalid fields."""
-        load_on = bool(sample.get("enable_load_scaling"))
-        tp_on = bool(sample.get("enable_throughput_scaling"))
+        p = candidate.planner
+        load_on, tp_on = p.enable_load_scaling, p.enable_throughput_scaling
         if not (load_on or tp_on):
             return None
         if optimization_target not in ("throughput", "latency", "sla"):
@@ -55,10 +58,12 @@ class PlannerSettings:
                                      "(throughput, latency, sla)")
         if optimization_target != "sla":  # PlannerConfig: easy mode forces load on, throughput off
             load_on, tp_on = True, False
-        load_iv = sample.get("load_adjustment_interval_seconds") or 5
-        tp_iv = sample.get("throughput_adjustment_interval_seconds") or 180
-        bucket = int(sample.get("fpm_sample_bucket_size") or 16)
-        sens = int(sample.get("load_scaling_down_sensitivity", 80))
+        # A dict policy entry may leave an interval null: Dynamo's PlannerConfig then uses its defaults.
+        load_iv = p.load_adjustment_interval_seconds or PLANNER_DEFAULT_LOAD_INTERVAL_S
+        tp_iv = p.throughput_adjustment_interval_seconds or PLANNER_DEFAULT_THROUGHPUT_INTERVAL_S
+        assert p.fpm_sample_bucket_size is not None and p.max_num_fpm_samples is not None  # set whenever it scales
+        assert p.load_scaling_down_sensitivity is not None and p.load_min_observations is not None
+        bucket, sens = int(p.fpm_sample_bucket_size), int(p.load_scaling_down_sensitivity)
         problems = []
         if load_iv <= 0 or (tp_on and tp_iv <= 0):
             problems.append("adjustment intervals must be > 0")
@@ -68,29 +73,24 @@ class PlannerSettings:
             problems.append(f"fpm_sample_bucket_size {bucket} must be a perfect square")
         if not 0 <= sens <= 100:
             problems.append("load_scaling_down_sensitivity must be within 0..100")
-        if int(sample.get("max_num_fpm_samples") or 64) <= 0:
+        if int(p.max_num_fpm_samples) <= 0:
             problems.append("max_num_fpm_samples must be > 0")
         if optimization_target == "sla" and (ttft_ms is None or itl_ms is None):
             problems.append("the sla target needs both ttft_ms and itl_ms")
         if problems:
             raise PlannerConfigError("invalid planner configuration: " + "; ".join(problems))
-        pred = {k: sample[k] for k in ("load_predictor", "load_predictor_log1p", "prophet_window_size",
-                                        "kalman_q_level", "kalman_q_trend", "kalman_r", "kalman_min_points")
-                if k in sample}
-        if "load_predictor" not in pred:
-            pred = {"load_predictor": "constant", "load_predictor_log1p": False}
+        ctx = candidate.context
+        predictor = p.load_predictor.fields() if p.load_predictor else dict(CONSTANT_PREDICTOR)
         return cls(
-            mode=sample["deployment_mode"], optimization_target=optimization_target,
+            mode=candidate.mode, optimization_target=optimization_target,
             enable_load_scaling=load_on, enable_throughput_scaling=tp_on,
             load_interval_s=float(load_iv), throughput_interval_s=float(tp_iv),
-            max_num_fpm_samples=int(sample.get("max_num_fpm_samples") or 64), fpm_sample_bucket_size=bucket,
-            load_scaling_down_sensitivity=sens, load_min_observations=int(sample.get("load_min_observations", 5)),
+            max_num_fpm_samples=int(p.max_num_fpm_samples), fpm_sample_bucket_size=bucket,
+            load_scaling_down_sensitivity=sens, load_min_observations=int(p.load_min_observations),
             ttft_ms=float(ttft_ms if ttft_ms is not None else 500.0),
             itl_ms=float(itl_ms if itl_ms is not None else 50.0),
-            max_gpu_budget=int(sample.get("gpu_budget") or -1),
-            min_gpu_budget=int(sample["min_gpu_budget"]) if sample.get("min_gpu_budget") else -1,
-            min_endpoint=int(sample["min_endpoint"]) if sample.get("min_endpoint") else 1,
-            predictor=pred,
+            max_gpu_budget=int(ctx.gpu_budget), min_gpu_budget=int(ctx.min_gpu_budget or -1),
+            min_endpoint=int(ctx.min_endpoint or 1), predictor=predictor,
         )
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from threadpoolctl import threadpool_limits
