@@ -18,9 +18,8 @@ from pathlib import Path
 os.environ.setdefault("DYN_LOG", "error")
 
 from spica_core.config.model import SmartSearchConfig  # noqa: E402
-from spica_core.evaluate.evaluator import EvalPool, EvalRequest, evaluate_one  # noqa: E402
+from spica_core.evaluate import Candidate, EvalPool, EvalRequest, evaluate_one  # noqa: E402
 from spica_core.space.parallel import ParallelConfig  # noqa: E402
-from spica_core.evaluate.candidate import unroll_sample  # noqa: E402
 from spica_core.evaluate.traces import write_poisson_trace  # noqa: E402
 
 
@@ -31,9 +30,9 @@ def make_request(trace: Path, router: str) -> EvalRequest:
              "agg_max_num_batched_tokens": [8192], "agg_max_num_seqs": [256], "gpu_budget": 8}
     cfg = SmartSearchConfig.from_dict({"search_space": space, "workload": {"trace_path": str(trace)},
                                        "goal": {"target": "goodput_per_gpu", "sla": {"ttft_ms": 1000, "itl_ms": 30}}})
-    sample = unroll_sample(cfg.search_space, {"deployment_mode": "agg"},
-                           ParallelConfig.from_dict("agg", {"tp": 2, "replicas": 4}))
-    return EvalRequest.from_config(cfg, sample, trace_file=str(trace))
+    candidate = Candidate.unroll(cfg.search_space, {"deployment_mode": "agg"},
+                                 ParallelConfig.from_dict("agg", {"tp": 2, "replicas": 4}))
+    return EvalRequest.from_config(cfg, candidate, trace_file=str(trace))
 
 
 def main() -> None:

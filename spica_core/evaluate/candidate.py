@@ -13,10 +13,10 @@ from typing import Any
 
 from spica_core.config.knobs import decode_composite, predictor_fields
 from spica_core.config.model import SearchSpace
+from spica_core.config.policies import PolicyEntry
 from spica_core.errors import SpicaError
 from spica_core.space.parallel import Mode, ParallelConfig
 
-PolicyEntry = str | dict[str, Any]
 # The predictor sub-sweep's winner per throughput interval (seconds).
 PredictorWinners = Mapping[int, PolicyEntry]
 
@@ -313,4 +313,4 @@ def _as_dict(value: Any) -> dict[str, Any]:
 
 
 __all__ = ["Candidate", "Context", "HostOffload", "EngineKnobs", "Admission", "Router", "PlannerChoice",
-           "LoadPredictorChoice", "KVLoad", "PolicyEntry", "PredictorWinners", "roles_of"]
+           "LoadPredictorChoice", "KVLoad", "PredictorWinners", "roles_of"]
