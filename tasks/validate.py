@@ -42,9 +42,9 @@ def validate_config(config_path: str, runs_root: str | None = None, run_dir: str
     trace = config.trace_file(path.parent)
     identity = identify(config, trace)
     rd = RunDir(run_dir) if run_dir else RunDir.for_run(identity.run_id, runs_root)
-    if rd.has("config") and rd.rows("config")[0]["run_id"] != identity.run_id:
-        raise RunDirError(f"{rd.path} holds a different run ({rd.rows('config')[0]['run_id']}); "
-                              "choose another --run-dir")
+    held = rd.rows("config")[0]["run_id"] if rd.has("config") else identity.run_id
+    if held != identity.run_id:
+        raise RunDirError(f"{rd.path} holds a different run ({held}); choose another --run-dir")
     policies = filter_for_goal(config)
     if policies.dropped:
         print(f"dropped planner policies {policies.dropped}: {policies.reason}")

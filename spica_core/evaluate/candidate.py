@@ -7,9 +7,10 @@ that apply (irrelevant knobs are absent, never sentinels) and ``from_sample()`` 
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from spica_core.config.knobs import decode_composite, predictor_fields
 from spica_core.config.model import SearchSpace
@@ -17,6 +18,7 @@ from spica_core.config.policies import PolicyEntry
 from spica_core.errors import SpicaError
 from spica_core.space.parallel import Mode, ParallelConfig
 
+T = TypeVar("T")
 # The predictor sub-sweep's winner per throughput interval (seconds).
 PredictorWinners = Mapping[int, PolicyEntry]
 
@@ -205,10 +207,12 @@ class Candidate:
             raise SpicaError(f"selection deployment_mode {mode!r} does not match the parallel config "
                              f"({parallel.mode})")
 
+        pinned = partial(getattr, space)
+
         def pick(knob: str) -> Any:
             if knob in selection:
                 return selection[knob]
-            values = getattr(space, knob)
+            values = pinned(knob)
             if isinstance(values, list) and len(values) == 1:
                 return values[0]
             raise SpicaError(f"selection has no value for '{knob}' and search_space.{knob} has {len(values)} "
@@ -216,9 +220,8 @@ class Candidate:
 
         backend = pick("backend")
         engines = {role: EngineKnobs(int(pick(f"{role}_max_num_batched_tokens")), int(pick(f"{role}_max_num_seqs")),
-                                     getattr(space, f"{role}_block_size"),
-                                     getattr(space, f"{role}_gpu_memory_utilization"),
-                                     getattr(space, f"{role}_enable_prefix_caching"))
+                                     pinned(f"{role}_block_size"), pinned(f"{role}_gpu_memory_utilization"),
+                                     pinned(f"{role}_enable_prefix_caching"))
                    for role in roles_of(mode)}
         router = Router(pick("router_mode"))
         if router.is_kv:
@@ -226,7 +229,7 @@ class Candidate:
                           if space.num_g2_blocks > 0 else {})
             router = Router("kv_router", float(pick("overlap_score_credit")), float(pick("prefill_load_scale")),
                             float(pick("router_temperature")), **cache_hits,
-                            admission=Admission(**{f.name: getattr(space, f.name) for f in fields(Admission)}))
+                            admission=_build(Admission, pinned))
         policy = pick("planner_scaling_policy")
         flags = decode_composite("planner_scaling_policy", policy)
         planner = PlannerChoice(policy, bool(flags["enable_throughput_scaling"]), bool(flags["enable_load_scaling"]))
@@ -241,9 +244,8 @@ class Candidate:
                               **decode_composite("planner_fpm_sampling", pick("planner_fpm_sampling")),
                               **decode_composite("planner_load_sensitivity", pick("planner_load_sensitivity")),
                               load_predictor=predictor)
-        return cls(mode, backend, Context(**{f.name: getattr(space, f.name) for f in fields(Context)}),
-                   HostOffload(**{f.name: getattr(space, f.name) for f in fields(HostOffload)}),
-                   parallel, engines, router, planner)
+        return cls(mode, backend, _build(Context, pinned), _build(HostOffload, pinned), parallel, engines, router,
+                   planner)
 
     # ------------------------------------------------------------ the §9.1 wire format
 
@@ -287,11 +289,11 @@ class Candidate:
             parallel = ParallelConfig.from_dict("agg", {k: sample[k] for k in keys})
         else:
             parallel = ParallelConfig.from_dict("disagg", {r: {k: sample[f"{r}_{k}"] for k in keys} for r in roles})
-        engines = {r: EngineKnobs(**{f.name: sample[f"{r}_{f.name}"] for f in fields(EngineKnobs)}) for r in roles}
+        engines = {r: _build(EngineKnobs, lambda name, r=r: sample[f"{r}_{name}"]) for r in roles}
         router = Router(sample["router_mode"])
         if router.is_kv:
             router = Router("kv_router", **{k: sample[k] for k in WEIGHT_FIELDS if k in sample},
-                            admission=Admission(**{f.name: sample[f.name] for f in fields(Admission)}))
+                            admission=_build(Admission, sample.__getitem__))
         planner = PlannerChoice(sample["planner_scaling_policy"], sample["enable_throughput_scaling"],
                                 sample["enable_load_scaling"])
         if planner.scales:
@@ -302,9 +304,14 @@ class Candidate:
             kv_load = KVLoad(sample["kv_load_ratio"], sample["kv_load_capacity_tokens"],
                              sample["kv_load_concurrency_capacity"],
                              {r: sample[f"{r}_kv_capacity_tokens"] for r in roles if f"{r}_kv_capacity_tokens" in sample})
-        return cls(mode, sample["backend"], Context(**{f.name: sample[f.name] for f in fields(Context)}),
-                   HostOffload(**{f.name: sample[f.name] for f in fields(HostOffload)}), parallel, engines, router,
+        return cls(mode, sample["backend"], _build(Context, sample.__getitem__),
+                   _build(HostOffload, sample.__getitem__), parallel, engines, router,
                    planner, sample.get("backend_version"), sample.get("concurrency"), kv_load)
+
+
+def _build(cls: type[T], value_of: Callable[[str], Any]) -> T:
+    """A flat dataclass with each field read by name (from the search space, or from a sample)."""
+    return cls(**{f.name: value_of(f.name) for f in fields(cls)})  # type: ignore[call-arg]
 
 
 def _as_dict(value: Any) -> dict[str, Any]:

@@ -94,8 +94,7 @@ def _prepare(req: EvalRequest, timings: dict[str, float]) -> tuple[Candidate, An
             candidate.kv_load.ratio if candidate.kv_load is not None else req.workload.kv_load_ratio)
         if isinstance(ratio, (list, tuple)):
             raise SpicaError("a ranged kv_load_ratio needs the trial's value (EvalRequest.kv_load_ratio)")
-        concurrency, kv_load = resolve_kv_load(candidate.resolved(backend_version=version), req.workload,
-                                               float(ratio))
+        concurrency, kv_load = resolve_kv_load(candidate, req.workload, float(ratio))
     candidate = candidate.resolved(backend_version=version, concurrency=concurrency, kv_load=kv_load)
     timings["resolve_s"] = time.perf_counter() - t0
     if not is_feasible(candidate.used_gpus, candidate.context.gpu_budget):

@@ -31,8 +31,8 @@ FINGERPRINT_KEY: Final = b"spica.inputs_fingerprint"
 class Stage:
     """One stage's artifact: file, columns, what its rows stand for, what its input fingerprint covers.
 
-    ``row_type`` is a dotted path, not the class itself: the domain packages import their schemas
-    from here, so importing them back would be a cycle.
+    ``row_type`` is a dotted path, not the class itself: every package imports ``spica_core.run``
+    (for fingerprints), which loads this module, so importing the row types here would be a cycle.
     """
 
     name: str

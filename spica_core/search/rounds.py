@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from spica_core.config.model import SmartSearchConfig, SweepPolicy
@@ -37,8 +38,9 @@ class SearchContext:
     load_predictor: LoadPredictorResult | None
     profile_dir: str | None = None
 
-    @property
+    @cached_property
     def key(self) -> str:
+        """Computed once: every proposal's cache key includes it."""
         lp = self.load_predictor
         return fingerprint({"config": self.config.normalised(), "load_predictor": lp.rows() if lp else None})
 
@@ -149,7 +151,7 @@ def _evaluate_ask(branch: Branch, context: SearchContext, round_no: int, ask: in
     """One ask: unsupported pairs and cache hits are answered at once, in-batch duplicates share
     their primary's outcome, and the rest are evaluated in parallel."""
     batch: dict[int, Trial] = {}
-    primaries: list[tuple[int, Proposal, str]] = []
+    primaries: dict[str, tuple[int, Proposal]] = {}            # cache key → the proposal that replays it
     duplicates: dict[str, list[tuple[int, Proposal]]] = {}
 
     def trial(t: int, p: Proposal, status: Status, key: str, **kw: Any) -> Trial:
@@ -164,13 +166,13 @@ def _evaluate_ask(branch: Branch, context: SearchContext, round_no: int, ask: in
                              reason=f"unsupported: {backend} cannot run {p.parallel.label()}")
         elif (hit := cache.get(key)) is not None:
             batch[t] = trial(t, p, Status.feasible, key, cache_hit=True, **_result_of(hit))
-        elif any(key == k for _, _, k in primaries):
+        elif key in primaries:
             duplicates.setdefault(key, []).append((t, p))
         else:
-            primaries.append((t, p, key))
-    requests = [context.request(p, f"{branch.mode}-{t}") for t, p, _ in primaries]
+            primaries[key] = (t, p)
+    requests = [context.request(p, f"{branch.mode}-{t}") for t, p in primaries.values()]
     outcomes = evaluator.evaluate_batch(requests) if requests else []
-    for (t, p, key), outcome in zip(primaries, outcomes):
+    for (key, (t, p)), outcome in zip(primaries.items(), outcomes):
         outcome = finite_or_infeasible(context, outcome)
         timings = outcome.timings
         batch[t] = trial(t, p, outcome.status, key, reason=outcome.reason, candidate=outcome.candidate,

@@ -331,14 +331,8 @@ def ordered_records(records: Mapping[tuple[str, Shape], ShapeKV], backend_order:
 
 
 def records_from_rows(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, Shape], ShapeKV]:
-    """The KV records ``shapes.parquet`` holds (:meth:`ShapeKV.row` read back), keyed like :func:`estimate_shapes`."""
-    records: dict[tuple[str, Shape], ShapeKV] = {}
-    for row in rows:
-        shape = Shape(int(row["tp"]), int(row["attention_dp"]), int(row["moe_tp"]), int(row["moe_ep"]), int(row["pp"]))
-        records[(row["backend"], shape)] = ShapeKV(row["backend"], row["backend_version"], shape,
-                                                   row["kv_tokens_per_rank"], int(row["max_seq_len"]),
-                                                   bool(row["feasible"]), row["reason"])
-    return records
+    """The KV records ``shapes.parquet`` holds, keyed like :func:`estimate_shapes`."""
+    return {(r.backend, r.shape): r for r in map(ShapeKV.from_row, rows)}
 
 
 def kv_filter(space: LegalSpace, records: Mapping[tuple[str, Shape], ShapeKV] | None = None) -> BranchSet:
@@ -406,7 +400,7 @@ def kv_filter(space: LegalSpace, records: Mapping[tuple[str, Shape], ShapeKV] | 
     if not branches:
         why = "; ".join(f"{d.mode}/{d.backend}: {d.reason}" for d in dropped if d.backend is not None)
         raise NoViableParallelConfigError(f"no deployment mode is viable for {ss.model_name} on {ss.gpu_budget} × "
-                                     f"{ss.hardware_sku}: {why}")
+                                          f"{ss.hardware_sku}: {why}")
     shape_records = tuple(ordered_records(records, ss.backend))
     return BranchSet(tuple(branches), tuple(dropped), tuple(warnings), shape_records,
                      space.model, space.system, space.max_seq_len, space)

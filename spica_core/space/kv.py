@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from spica_core.space.facts import backend_version, model_facts
 from spica_core.space.parallel import Shape
@@ -104,6 +104,12 @@ class ShapeKV:
             "kv_tokens_per_rank": self.kv_tokens_per_rank, "max_seq_len": self.max_seq_len,
             "feasible": self.feasible, "reason": self.reason,
         }
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> ShapeKV:
+        shape = Shape(int(row["tp"]), int(row["attention_dp"]), int(row["moe_tp"]), int(row["moe_ep"]), int(row["pp"]))
+        return cls(row["backend"], row["backend_version"], shape, row["kv_tokens_per_rank"], int(row["max_seq_len"]),
+                   bool(row["feasible"]), row["reason"])
 
 
 def max_seq_len(model_name: str, context_length: int | None) -> int:
