@@ -28,7 +28,7 @@ def sweep(config_path: str, runs_root: str = "runs", run_dir: str | None = None,
     for trial in done:
         progress.count(trial)
     stalls: list[str] = []
-    with make_evaluator(config.sweep.parallel_evals, config.sweep.max_eval_seconds) as evaluator:
+    with make_evaluator(config.sweep.workers, config.sweep.max_eval_seconds) as evaluator:
         for branch in branch_set.branches:
             for round_no in range(rounds[branch.mode]):
                 result = round_task(run, branch, round_no, context, evaluator, cache, progress)

@@ -39,5 +39,7 @@ def test_one_vizier_suggest() -> None:
     study = Study([Param("x", "float", bounds=(0.0, 1.0)), Param("n", "discrete", (1.0, 2.0, 4.0), is_int=True)],
                   algorithm="GAUSSIAN_PROCESS_BANDIT", seed=0)
     study.complete({"x": 0.2, "n": 2}, {"objective": 1.0})
-    [suggestion] = study.suggest(1, step=0)
-    assert 0.0 <= suggestion["x"] <= 1.0 and suggestion["n"] in (1, 2, 4)
+    pool = [{"x": x, "n": n} for x in (0.0, 0.2, 0.6, 1.0) for n in (1, 2, 4)]
+    allowed = [p != {"x": 0.2, "n": 2} for p in pool]
+    [position] = study.suggest(1, step=0, pool=pool, allowed=allowed)
+    assert allowed[position]  # the GP scored the pool and skipped the evaluated candidate

@@ -99,20 +99,40 @@ def test_cache_answers_a_repeated_candidate_without_a_replay() -> None:
     assert other.key != context.key
 
 
-def test_round_counts_unique_successes_and_dedupes_projection_collisions() -> None:
-    """A branch with one config and one knob value: every suggestion is the same sample."""
+def test_a_one_candidate_branch_is_evaluated_once_then_ends_as_exhausted() -> None:
     config = make(space={"deployment_mode": ["agg"], "parallel_configs": [{"tp": 2, "replicas": 2}]},
                   sweep={"candidates_per_round": 2, "algorithm": "RANDOM_SEARCH"})
     branch = branch_of(config)
     evaluator = CountingEvaluator()
     result = run_round(branch, SearchContext(config, None, None), 0, [], evaluator, EvalCache())
-    assert len(evaluator.evaluated) == 1  # one replay, everything else answered from cache / as duplicates
-    assert result.unique == 1 and result.attempts == 22  # the 11 × per_round attempt cap
-    assert result.stalled and "stopped early: projection stalled after 22 Vizier trial(s)" in result.message
-    tally = Tally.of(result.trials)
-    assert (tally.feasible, tally.cache_hits, tally.attempts) == (1, 21, 22)
-    dup = [t for t in result.trials if t.duplicate_of is not None]
-    assert dup and all(t.duplicate_of == 0 and t.score == result.trials[0].score for t in dup)
+    assert len(evaluator.evaluated) == 1 and (result.unique, result.attempts) == (1, 1)
+    assert result.stalled and result.message == ("agg: legal space exhausted: all 1 candidate(s) of the branch "
+                                                 "have been tried (round 1); moving on")
+    assert Tally.of(result.trials).cache_hits == 0
+
+
+@pytest.mark.parametrize("algorithm", ["RANDOM_SEARCH", "QUASI_RANDOM_SEARCH", "GAUSSIAN_PROCESS_BANDIT"])
+def test_no_batch_repeats_a_candidate_and_an_exhausted_branch_says_so(algorithm: str) -> None:
+    """15 agg configs × 2 batch sizes = 30 candidates; rounds of 7 with a budget of 5 rounds (35 > 30): every
+    proposal is new, within its batch and against everything before it, until the space runs out."""
+    config = make({"agg_max_num_seqs": [256, 512]},
+                  sweep={"candidates_per_round": 7, "max_rounds": 5, "algorithm": algorithm, "seed": 3})
+    branch = branch_of(config)
+    context = SearchContext(config, None, None)
+    evaluator, trials, messages = CountingEvaluator(), [], []
+    for round_no in range(5):
+        result = run_round(branch, context, round_no, trials, evaluator, EvalCache())
+        keys = [(t.parallel, json.dumps(t.selection, sort_keys=True)) for t in result.trials]
+        before = {(t.parallel, json.dumps(t.selection, sort_keys=True)) for t in trials}
+        assert len(set(keys)) == len(keys) and not set(keys) & before
+        trials += result.trials
+        if result.stalled:
+            messages.append(result.message)
+            break
+    assert len(trials) == len(evaluator.evaluated) == thorough_size(branch) == 30
+    assert not any(t.cache_hit for t in trials)
+    assert messages == ["agg: legal space exhausted: all 30 candidate(s) of the branch have been tried (round 5); "
+                        "moving on"]
 
 
 def test_infeasible_candidates_are_recorded_with_their_reason_and_told_to_the_study() -> None:
@@ -128,7 +148,7 @@ def test_infeasible_candidates_are_recorded_with_their_reason_and_told_to_the_st
 
 def test_same_seed_config_and_trials_give_identical_rounds() -> None:
     config = make(space={"agg_max_num_seqs": [256, 512, 1024]},
-                  sweep={"candidates_per_round": 3, "algorithm": "QUASI_RANDOM_SEARCH", "seed": 5})
+                  sweep={"candidates_per_round": 3, "max_rounds": 2, "algorithm": "QUASI_RANDOM_SEARCH", "seed": 5})
     branch = branch_of(config)
     context = SearchContext(config, None, None)
     a = run_round(branch, context, 0, [], SequentialEvaluator(), EvalCache())
@@ -138,23 +158,24 @@ def test_same_seed_config_and_trials_give_identical_rounds() -> None:
     b2 = run_round(branch, context, 1, b.trials, SequentialEvaluator(), EvalCache())
     assert [t.params for t in a2.trials] == [t.params for t in b2.trials]
     other = SearchContext(make(space={"agg_max_num_seqs": [256, 512, 1024]},
-                               sweep={"candidates_per_round": 3, "algorithm": "QUASI_RANDOM_SEARCH", "seed": 6}),
+                               sweep={"candidates_per_round": 3, "max_rounds": 2, "algorithm": "QUASI_RANDOM_SEARCH",
+                                      "seed": 6}),
                           None, None)
     c = run_round(branch, other, 0, [], SequentialEvaluator(), EvalCache())
     assert [t.params for t in c.trials] != [t.params for t in a.trials]
 
 
-def test_projection_record_is_kept_with_requested_and_actual_features() -> None:
+def test_vizier_proposals_are_legal_configs_with_their_features_recorded() -> None:
     config = make()
     branch = branch_of(config)
-    study = Study(latent_params(branch) + branch.knob_params(), constants=branch.constants())
-    raw = {"used_gpu_ratio": 0.5, "agg_num_gpus_per_engine_target": 2}
-    suggester = VizierSuggester(branch, [("objective", "max")], pareto=False, algorithm="DEFAULT", seed=0)
-    proposal = suggester.proposal(raw, study.decode(raw))
-    assert proposal.parallel.to_dict()["tp"] == 2 and proposal.parallel.used_gpus == 4
-    record = json.loads(proposal.projection.to_json())  # type: ignore[union-attr]
-    assert record["requested_features"]["used_gpu_ratio"] == 0.5
-    assert record["actual_features"]["used_gpu_ratio"] == 0.5 and record["mode_projected"] is False
+    suggester = VizierSuggester(branch, [("objective", "max")], pareto=False, algorithm="QUASI_RANDOM_SEARCH",
+                                seed=0, budget=4)
+    for proposal in suggester.suggest(4, [], step=0):
+        assert proposal.parallel in branch.configs_for("vllm")
+        record = json.loads(proposal.projection.to_json())  # type: ignore[union-attr]
+        assert record["requested_features"] == record["actual_features"]
+        assert record["actual_features"]["used_gpu_ratio"] == proposal.parallel.used_gpus / 8
+        assert record["projection_distance"] == 0.0 and record["mode_projected"] is False
 
 
 def candidate_on(gpus: int) -> Candidate:
@@ -295,9 +316,11 @@ def test_an_interrupted_round_resumes_without_repeating_finished_evaluations(tmp
     from tasks.search import round_task
     from tasks.validate import ValidatedRun
 
-    config = make(space={"deployment_mode": ["agg"], "parallel_configs": [{"tp": 2, "replicas": 2}],
-                         "agg_max_num_seqs": [256, 512, 1024], "agg_max_num_batched_tokens": [8192, 16384]},
-                  sweep={"candidates_per_round": 4, "algorithm": "RANDOM_SEARCH", "seed": 4})
+    config = make(space={"deployment_mode": ["agg"],
+                         "parallel_configs": [{"tp": 1, "replicas": 2}, {"tp": 2, "replicas": 2}],
+                         "agg_gpu_memory_utilization": 0.3, "agg_max_num_seqs": [256, 512, 1024],
+                         "agg_max_num_batched_tokens": [8192, 16384]},
+                  sweep={"candidates_per_round": 4, "max_rounds": 1, "algorithm": "RANDOM_SEARCH", "seed": 4})
     branch = branch_of(config)
     context = SearchContext(config, None, None)
 
@@ -307,7 +330,7 @@ def test_an_interrupted_round_resumes_without_repeating_finished_evaluations(tmp
     straight_eval = CountingEvaluator()
     straight = round_task.fn(run_in(tmp_path / "a"), branch, 0, context, straight_eval, EvalCache())
     asks = max(t.ask for t in straight.trials) + 1
-    assert asks >= 3  # collisions make this round ask Vizier several times
+    assert asks >= 2  # candidates without KV room (30 % memory on one GPU) make the round ask again
 
     killed = InterruptedEvaluator(fail_at=2)  # the second ask that needs a replay
     with pytest.raises(KeyboardInterrupt):
@@ -323,7 +346,6 @@ def test_an_interrupted_round_resumes_without_repeating_finished_evaluations(tmp
     assert [t.params for t in resumed.trials] == [t.params for t in straight.trials]
     assert [(t.status, t.cache_hit, t.ask) for t in resumed.trials] == \
         [(t.status, t.cache_hit, t.ask) for t in straight.trials]
-    timeless = [{k: v for k, v in r.items() if k not in ("eval_seconds", "replay_seconds")}
-                for r in RunDir(tmp_path / "b").rows("trials")]
-    assert timeless == [{k: v for k, v in r.items() if k not in ("eval_seconds", "replay_seconds")}
-                        for r in RunDir(tmp_path / "a").rows("trials")]
+    clocks = ("eval_seconds", "replay_seconds", "suggest_seconds")
+    timeless = [{k: v for k, v in r.items() if k not in clocks} for r in RunDir(tmp_path / "b").rows("trials")]
+    assert timeless == [{k: v for k, v in r.items() if k not in clocks} for r in RunDir(tmp_path / "a").rows("trials")]

@@ -457,6 +457,11 @@ class SweepConfig(_Model):
     def per_round(self) -> int:
         return self.candidates_per_round or self.parallel_evals
 
+    @property
+    def workers(self) -> int:
+        """Evaluation processes: never more than a round can keep busy."""
+        return min(self.parallel_evals, self.per_round)
+
 
 # ---------------------------------------------------------------- the whole config (§1)
 

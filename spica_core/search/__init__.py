@@ -1,4 +1,5 @@
 """The search stage: studies and suggesters, the round loop, trials, the cache, the tally and ranking."""
+from spica_core.search.candidates import FLOAT_LEVELS, CandidateSpace
 from spica_core.search.ranking import RankedCandidate, Scored, dominates, pareto_front, rank, rank_trials
 from spica_core.search.rounds import (
     RoundResult, SearchContext, cache_key, finite_or_infeasible, round_plan, run_round, study_metrics,
@@ -11,7 +12,7 @@ from spica_core.search.summary import SweepSummary
 from spica_core.search.trials import EvalCache, Tally, Trial
 
 __all__ = [
-    "ATTEMPT_CAP_FACTOR", "EvalCache", "Proposal", "RankedCandidate", "RoundResult", "Scored", "SearchContext",
+    "ATTEMPT_CAP_FACTOR", "CandidateSpace", "EvalCache", "FLOAT_LEVELS", "Proposal", "RankedCandidate", "RoundResult", "Scored", "SearchContext",
     "Study", "Suggester", "SweepSummary", "Tally", "ThoroughSuggester", "Trial", "TrialRecord", "VizierSuggester", "cache_key",
     "derive_seed", "dominates", "finite_or_infeasible", "pareto_front", "rank", "rank_trials", "round_plan",
     "run_round", "study_metrics", "thorough_proposals", "thorough_size",

@@ -8,6 +8,7 @@ continues exactly where it stopped.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -19,7 +20,8 @@ from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status
 from spica_core.evaluate.pool import Evaluator
 from spica_core.run.fingerprint import fingerprint
 from spica_core.search.suggesters import (
-    SCALAR_METRIC, Proposal, Suggester, ThoroughSuggester, VizierSuggester, round_counts, thorough_size,
+    ATTEMPT_CAP_FACTOR, SCALAR_METRIC, Proposal, Suggester, ThoroughSuggester, VizierSuggester, round_counts,
+    thorough_size,
 )
 from spica_core.search.trials import EvalCache, Trial
 from spica_core.space.branches import Branch
@@ -37,6 +39,13 @@ class SearchContext:
     trace_file: str | None
     load_predictor: LoadPredictorResult | None
     profile_dir: str | None = None
+    suggesters: dict[str, Suggester] = field(default_factory=dict, compare=False, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the live suggesters (their designers hold compiled code); they are rebuilt."""
+        state = dict(self.__dict__)
+        state["suggesters"] = {}
+        return state
 
     @cached_property
     def key(self) -> str:
@@ -51,11 +60,20 @@ class SearchContext:
         return [(SCALAR_METRIC, "max")]
 
     def suggester(self, branch: Branch) -> Suggester:
+        """One per branch for the life of the process, so a Vizier designer stays warm across rounds."""
+        known = self.suggesters.get(branch.mode)
+        if known is not None and known.space.branch == branch:
+            return known
         sweep = self.config.sweep
+        made: Suggester
         if sweep.policy is SweepPolicy.thorough:
-            return ThoroughSuggester(branch)
-        return VizierSuggester(branch, self.objectives(), pareto=self.config.goal.is_pareto,
-                               algorithm=sweep.algorithm.value, seed=sweep.seed)
+            made = ThoroughSuggester(branch)
+        else:
+            made = VizierSuggester(branch, self.objectives(), pareto=self.config.goal.is_pareto,
+                                   algorithm=sweep.algorithm.value, seed=sweep.seed,
+                                   budget=sweep.max_rounds * sweep.per_round)
+        self.suggesters[branch.mode] = made
+        return made
 
     def request(self, proposal: Proposal, eval_id: str) -> EvalRequest:
         winners = self.load_predictor.best_by_interval if self.load_predictor else None
@@ -125,29 +143,36 @@ def run_round(branch: Branch, context: SearchContext, round_no: int, trials: Seq
     history = [t for t in trials if t.mode == branch.mode and t.round < round_no]
     rows = [t for t in trials if t.mode == branch.mode and t.round == round_no]
     ask = max((t.ask for t in rows), default=-1) + 1
+    exhausted = False
     while (count := suggester.wanted(rows, per_round)) > 0:
+        started = time.perf_counter()
         proposals = suggester.suggest(count, [*history, *rows], step=round_no * 1000 + ask)
         if not proposals:
+            exhausted = True
             break
         new = _evaluate_ask(branch, context, round_no, ask, len(history) + len(rows), proposals, evaluator, cache,
-                            on_result)
+                            on_result, suggest_seconds=time.perf_counter() - started)
         rows.extend(new)
         if on_batch is not None:
             on_batch(new)
         ask += 1
     unique, attempts = round_counts(rows)
     result = RoundResult(rows, unique, attempts)
-    if suggester.stalls and unique < per_round:  # §6.5: a round short of its target ends the branch
+    if exhausted:
         result.stalled = True
-        result.message = (f"{branch.mode}: stopped early: projection stalled after {attempts} Vizier "
-                          f"trial(s) in round {round_no + 1} ({unique}/{per_round} unique successful "
-                          "evaluations); moving on")
+        result.message = (f"{branch.mode}: legal space exhausted: all {suggester.space.size} candidate(s) of the "
+                          f"branch have been tried (round {round_no + 1}); moving on")
+    elif suggester.stalls and unique < per_round:  # §6.5: a round short of its target ends the branch
+        result.stalled = True
+        result.message = (f"{branch.mode}: stopped early: {unique}/{per_round} unique successful evaluations "
+                          f"after {attempts} attempt(s) in round {round_no + 1} (the attempt cap is "
+                          f"{ATTEMPT_CAP_FACTOR} × candidates_per_round); moving on")
     return result
 
 
 def _evaluate_ask(branch: Branch, context: SearchContext, round_no: int, ask: int, first: int,
                   proposals: Sequence[Proposal], evaluator: Evaluator, cache: EvalCache,
-                  on_result: Callable[[Trial], None] | None) -> list[Trial]:
+                  on_result: Callable[[Trial], None] | None, suggest_seconds: float) -> list[Trial]:
     """One ask: unsupported pairs and cache hits are answered at once, in-batch duplicates share
     their primary's outcome, and the rest are evaluated in parallel."""
     batch: dict[int, Trial] = {}
@@ -156,7 +181,7 @@ def _evaluate_ask(branch: Branch, context: SearchContext, round_no: int, ask: in
 
     def trial(t: int, p: Proposal, status: Status, key: str, **kw: Any) -> Trial:
         return Trial(branch.mode, round_no, t, status, p.parallel, p.raw, p.selection, ask=ask, cache_key=key,
-                     projection=p.projection, **kw)
+                     projection=p.projection, suggest_seconds=suggest_seconds, **kw)
 
     for t, p in enumerate(proposals, start=first):
         key = cache_key(context.key, p.selection, p.parallel)

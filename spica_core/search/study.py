@@ -1,13 +1,15 @@
-"""A seeded Vizier study over one branch, driven through Vizier's designers (no service, no database).
+"""A seeded Vizier study over one branch's finite candidate pool (designer API: no service, no database).
 
 The trials table is the source of truth: a :class:`Study` holds its completed trials as plain
-:class:`TrialRecord` values and rebuilds a fresh designer from them on every :meth:`Study.suggest`.
-The designer's random key comes from ``(seed, step)``, so the same seed, the same trials and the
-same step always give the same suggestions -- a killed sweep resumes exactly where it stopped.
+:class:`TrialRecord` values, and :meth:`Study.suggest` picks positions in a pool of legal
+candidates the caller has not evaluated, so no suggestion is a repeat. A GP study keeps one
+designer alive and feeds it only the trials it has not seen; its random key is reset from
+``(seed, step)`` before every suggest, so the same seed, trials, pool and step give the same
+picks whether the designer is warm or rebuilt after a resume.
 
-Runtime notes (spec/orchestration.md §2): Vizier's GP designers need ``jax_enable_x64``; a fresh
-GP designer per call leaks compiled code unless ``jax.clear_caches()`` runs first; GP designers
-reject a 0-dimensional space, hence the dummy ``_spica_constant`` categorical.
+Runtime notes (spec/orchestration.md §2): Vizier's GP designers need ``jax_enable_x64``; padding the
+trial axis to powers of two bounds JIT compiles (so the compile caches are kept, not cleared); GP
+designers reject a 0-dimensional space, hence the dummy ``_spica_constant`` categorical.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import math
 import os
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Final, Iterable, Literal, Sequence
 
@@ -27,6 +30,7 @@ from spica_core.space.params import Param
 ALGORITHMS: Final = ("DEFAULT", "GAUSSIAN_PROCESS_BANDIT", "RANDOM_SEARCH", "QUASI_RANDOM_SEARCH")
 GP_ALGORITHMS: Final = frozenset({"DEFAULT", "GAUSSIAN_PROCESS_BANDIT"})
 CONSTANT_PARAM: Final = "_spica_constant"
+JAX_CACHE_DIR: Final = Path.home() / ".cache" / "spica" / "jax"
 _QUASI_RANDOM_SKIP: Final = 1000  # Vizier's default burn-in of the Halton sequence
 _FLOAT_TOL: Final = 1e-9
 
@@ -73,13 +77,16 @@ def _runtime() -> SimpleNamespace:
         import jax
 
         jax.config.update("jax_enable_x64", True)
+        # Compiled GP code is kept on disk, so a later sweep on this machine skips the compiles.
+        jax.config.update("jax_compilation_cache_dir", os.environ.get("SPICA_JAX_CACHE_DIR", str(JAX_CACHE_DIR)))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
         from vizier import algorithms as vza
         from vizier import pyvizier as vz
         from vizier._src.algorithms.designers import gp_bandit, gp_ucb_pe, quasi_random
-        from vizier._src.algorithms.designers import random as vrandom
+        from vizier.pyvizier import converters
         from vizier.pyvizier.converters import padding
     _RUNTIME = SimpleNamespace(jax=jax, vz=vz, vza=vza, gp_bandit=gp_bandit, gp_ucb_pe=gp_ucb_pe,
-                               quasi_random=quasi_random, random=vrandom, padding=padding)
+                               quasi_random=quasi_random, converters=converters, padding=padding)
     return _RUNTIME
 
 
@@ -97,18 +104,21 @@ class Study:
     """One branch's optimisation: parameters, objectives, algorithm, seed and completed trials."""
 
     def __init__(self, params: Sequence[Param], objectives: Sequence[tuple[str, Goal]] = (("objective", "max"),),
-                 algorithm: str = "DEFAULT", seed: int = 0, *, constants: dict[str, Any] | None = None,
-                 trials: Iterable[TrialRecord] = (), clear_jax_caches: bool = True) -> None:
+                 algorithm: str = "DEFAULT", seed: int = 0, *,
+                 trials: Iterable[TrialRecord] = ()) -> None:
         self.params: tuple[Param, ...] = tuple(params)
         self.objectives: tuple[tuple[str, Goal], ...] = tuple((str(n), g) for n, g in objectives)
         self.algorithm = str(getattr(algorithm, "value", algorithm))
         self.seed = int(seed)
-        self.constants: dict[str, Any] = dict(constants or {})
-        self.clear_jax_caches = clear_jax_caches  # False only to measure the leak (bench/bench_study.py)
         self._by_name = {p.name: p for p in self.params}
         self._check_declaration()
         self._problem: Any = None
         self._trials: list[TrialRecord] = []
+        self._designer: Any = None          # the warm GP designer and how many trials it was fed
+        self._fed = 0
+        self._slot = _Slot()
+        self._pool: _Pool | None = None
+        self._unpadded_converter: Any = None
         for record in trials:
             self.complete(record.params, record.metrics, record.infeasible_reason, record.metadata)
 
@@ -128,9 +138,6 @@ class Study:
             raise ValueError(f"parameter names must be distinct: {[p.name for p in self.params]}")
         if CONSTANT_PARAM in self._by_name:
             raise ValueError(f"{CONSTANT_PARAM} is reserved for the empty search space")
-        clash = sorted(set(self.constants) & set(self._by_name))
-        if clash:
-            raise ValueError(f"{clash} are both searched parameters and injected constants")
         for p in self.params:
             if p.kind in ("categorical", "discrete") and not p.values:
                 raise ValueError(f"parameter {p.name!r}: a {p.kind} parameter needs values")
@@ -176,6 +183,12 @@ class Study:
     def complete(self, params: dict[str, Any], metrics: dict[str, float] | None = None,
                  infeasible_reason: str | None = None, metadata: dict[str, Any] | None = None) -> TrialRecord:
         """Record a finished trial: feasible with every objective's metric, or infeasible with a reason."""
+        record = self._record(params, metrics, infeasible_reason, metadata)
+        self._trials.append(record)
+        return record
+
+    def _record(self, params: dict[str, Any], metrics: dict[str, float] | None,
+                infeasible_reason: str | None, metadata: dict[str, Any] | None) -> TrialRecord:
         raw = self._checked_params(params)
         if infeasible_reason is not None:
             if not str(infeasible_reason).strip():
@@ -193,7 +206,6 @@ class Study:
                              metrics=None if metrics is None else {k: float(v) for k, v in metrics.items()},
                              infeasible_reason=None if infeasible_reason is None else str(infeasible_reason),
                              metadata=dict(metadata or {}))
-        self._trials.append(record)
         return record
 
     def _checked_params(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -225,13 +237,23 @@ class Study:
                 out[p.name] = min(max(v, lo), hi)
         return out
 
-    def _vizier_trials(self) -> list[Any]:
+    def sync(self, records: Sequence[TrialRecord]) -> None:
+        """Make the study's trials exactly ``records``: when the known ones are a prefix, only the new
+        ones are appended (the designer stays warm); anything else rebuilds the study from scratch."""
+        checked = [self._record(r.params, r.metrics, r.infeasible_reason, r.metadata) for r in records]
+        if checked[:len(self._trials)] != self._trials:
+            self._trials, self._designer, self._fed = [], None, 0
+        self._trials.extend(checked[len(self._trials):])
+
+    def _vizier_params(self, raw: dict[str, Any]) -> dict[str, Any]:
+        return dict(raw) if self.params else {CONSTANT_PARAM: "0"}
+
+    def _vizier_trials(self, start: int = 0) -> list[Any]:
         vz = _runtime().vz
         objective_names = [n for n, _ in self.objectives]
         out = []
-        for trial_id, record in enumerate(self._trials, start=1):
-            params = dict(record.params) if self.params else {CONSTANT_PARAM: "0"}
-            trial = vz.Trial(parameters=params, id=trial_id)
+        for trial_id, record in enumerate(self._trials[start:], start=start + 1):
+            trial = vz.Trial(parameters=self._vizier_params(record.params), id=trial_id)
             if record.feasible:
                 assert record.metrics is not None
                 trial.complete(vz.Measurement(metrics={n: record.metrics[n] for n in objective_names}))
@@ -242,58 +264,233 @@ class Study:
 
     # ------------------------------------------------------------ suggest
 
-    def _designer(self, step: int) -> Any:
-        rt = _runtime()
-        rng_seed = derive_seed(self.seed, step)
-        if self.algorithm in GP_ALGORITHMS:
-            # Padding the trial axis to powers of two bounds the number of distinct compiled shapes;
-            # GP-UCB-PE refuses trial padding for several metrics, so those run unpadded.
-            single = len(self.objectives) == 1
-            pad = rt.padding.PaddingSchedule(num_trials=rt.padding.PaddingType.POWERS_OF_2) if single \
-                else rt.padding.PaddingSchedule()
-            cls = rt.gp_ucb_pe.VizierGPUCBPEBandit if self.algorithm == "DEFAULT" else rt.gp_bandit.VizierGPBandit
-            return cls(self.problem, rng=rt.jax.random.PRNGKey(rng_seed), padding_schedule=pad)
-        if self.algorithm == "RANDOM_SEARCH":
-            return rt.random.RandomDesigner(self.problem.search_space, seed=rng_seed)
-        # Quasi-random: one scrambled Halton sequence per study, continued past the points already
-        # tried, so every suggestion is still low-discrepancy with the earlier ones.
-        return rt.quasi_random.QuasiRandomDesigner(self.problem.search_space, seed=derive_seed(self.seed, 0),
-                                                   skip_points=_QUASI_RANDOM_SKIP + len(self._trials))
+    def suggest(self, count: int, step: int, pool: Sequence[dict[str, Any]],
+                allowed: Sequence[bool] | None = None) -> list[int]:
+        """Positions in ``pool`` (raw parameter dicts) of up to ``count`` distinct allowed candidates.
 
-    def suggest(self, count: int, step: int) -> list[dict[str, Any]]:
-        """``count`` raw parameter dicts from a fresh designer seeded by (seed, step) and fed all trials."""
+        GP algorithms score their acquisition on the pool with the designer kept warm; random
+        search draws uniformly from the allowed candidates; quasi-random (and a GP study's first
+        batch) takes the allowed candidate nearest to each Halton point. The random key comes
+        from ``(seed, step)``, so the same trials, pool and step give the same picks.
+        """
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
-        rt = _runtime()
-        if self.algorithm in GP_ALGORITHMS and self.clear_jax_caches:
-            rt.jax.clear_caches()  # each fresh designer compiles anew; without this RSS grows per call
+        free = np.ones(len(pool), dtype=bool) if allowed is None else np.array(allowed, dtype=bool)
+        if free.shape != (len(pool),):
+            raise ValueError(f"allowed has {free.size} entries for a pool of {len(pool)}")
+        if int(free.sum()) <= count:
+            return [int(i) for i in np.flatnonzero(free)]
+        choice = _Choice(self._pool_cache(pool), free)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            designer = self._designer(step)
-            if self._trials:
-                designer.update(rt.vza.CompletedTrials(self._vizier_trials()), rt.vza.ActiveTrials([]))
-            suggestions = designer.suggest(count)
-        return [self._raw(s.parameters) for s in suggestions]
+            if self.algorithm == "RANDOM_SEARCH":
+                rng = np.random.default_rng(derive_seed(self.seed, step))
+                choice.take(rng.permutation(np.flatnonzero(free))[:count])
+            elif self.algorithm in GP_ALGORITHMS and self._trials:
+                self._model_suggest(choice, count, step)
+            if len(choice.taken) < count:  # quasi-random, a GP study's first batch, or a short answer
+                first_gp_batch = self.algorithm in GP_ALGORITHMS and not self._trials
+                self._space_filling(choice, count - len(choice.taken), centre=first_gp_batch)
+        return list(choice.taken)
 
-    def _raw(self, parameters: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for p in self.params:
-            value = parameters[p.name].value
-            if p.kind == "categorical":
-                out[p.name] = str(value)
-            elif p.kind == "discrete":
-                out[p.name] = _plain_number(value)
-            else:
-                out[p.name] = float(value)
+    def _pool_cache(self, pool: Sequence[dict[str, Any]]) -> _Pool:
+        """The pool's Vizier trials and features, reused while the caller passes the same pool object."""
+        if self._pool is None or self._pool.raws is not pool:
+            vz = _runtime().vz
+            trials = [vz.Trial(parameters=self._vizier_params(raw)) for raw in pool]
+            self._pool = _Pool(pool, trials, self._converter().to_features(trials))
+        return self._pool
+
+    def _converter(self) -> Any:
+        if self._unpadded_converter is None:
+            self._unpadded_converter = _runtime().converters.TrialToModelInputConverter.from_problem(
+                self.problem, scale=True, max_discrete_indices=0, flip_sign_for_minimization_metrics=True)
+        return self._unpadded_converter
+
+    def _model_suggest(self, choice: _Choice, count: int, step: int) -> None:
+        """The warm GP designer, fed only the trials it has not seen, scores its acquisition on the pool."""
+        rt = _runtime()
+        if self._designer is None:
+            self._designer, self._fed = self._new_designer(), 0
+        if self._fed < len(self._trials):
+            self._designer.update(rt.vza.CompletedTrials(self._vizier_trials(self._fed)), rt.vza.ActiveTrials([]))
+            self._fed = len(self._trials)
+        self._designer._rng = rt.jax.random.PRNGKey(derive_seed(self.seed, step))  # step-keyed: resume == live
+        self._slot.choice = choice
+        try:
+            self._designer.suggest(count)
+        finally:
+            self._slot.choice = None
+
+    def _new_designer(self) -> Any:
+        rt = _runtime()
+        ucb_pe, bandit, optimizer = _finite_designers()
+        # Padding the trial axis to powers of two bounds the number of compiled shapes; GP-UCB-PE
+        # refuses trial padding for several metrics, so those run unpadded.
+        single = len(self.objectives) == 1
+        pad = rt.padding.PaddingSchedule(num_trials=rt.padding.PaddingType.POWERS_OF_2) if single \
+            else rt.padding.PaddingSchedule()
+        slot = self._slot
+        if self.algorithm == "DEFAULT":
+            designer = ucb_pe(self.problem, rng=rt.jax.random.PRNGKey(0), padding_schedule=pad,
+                              acquisition_optimizer_factory=lambda _converter: optimizer(slot))
+        else:
+            designer = bandit(self.problem, rng=rt.jax.random.PRNGKey(0), padding_schedule=pad)
+        designer.spica_slot = slot
+        return designer
+
+    def _space_filling(self, choice: _Choice, count: int, centre: bool) -> None:
+        """The free candidate nearest to the centre (a GP study's first pick, as Vizier seeds), then to
+        each next point of the study's Halton sequence."""
+        rt = _runtime()
+        width_c, width_k = choice.pool.continuous.shape[1], choice.pool.categorical.shape[1]
+        targets = [(np.full(width_c, 0.5), np.zeros(width_k, dtype=int))] if centre else []
+        halton = rt.quasi_random.QuasiRandomDesigner(self.problem.search_space, seed=derive_seed(self.seed, 0),
+                                                     skip_points=_QUASI_RANDOM_SKIP + len(self._trials))
+        if count > len(targets):
+            points = [rt.vz.Trial(parameters=s.parameters) for s in halton.suggest(count - len(targets))]
+            features = self._converter().to_features(points)
+            targets += zip(np.asarray(features.continuous.unpad()), np.asarray(features.categorical.unpad()))
+        for continuous, categorical in targets[:count]:
+            nearest = choice.nearest(continuous, categorical)
+            if nearest is None:
+                return
+            choice.take([nearest])
+
+
+# ---------------------------------------------------------------- finite-set acquisition
+
+
+@dataclass
+class _Pool:
+    """A candidate pool as the study scores it: raw dicts, Vizier trials, scaled features."""
+
+    raws: Sequence[dict[str, Any]]
+    trials: list[Any]
+    features: Any                                       # unpadded vizier ModelInput
+    designer_features: dict[int, Any] = field(default_factory=dict)   # per designer converter
+
+    @property
+    def continuous(self) -> np.ndarray:
+        return np.asarray(self.features.continuous.unpad())
+
+    @property
+    def categorical(self) -> np.ndarray:
+        return np.asarray(self.features.categorical.unpad())
+
+    def for_converter(self, converter: Any) -> Any:
+        key = id(converter)
+        if key not in self.designer_features:
+            self.designer_features[key] = converter.to_features(self.trials)
+        return self.designer_features[key]
+
+
+class _Choice:
+    """One ask's picks from a pool: which positions are still free, and which were taken, in order."""
+
+    def __init__(self, pool: _Pool, free: np.ndarray):
+        self.pool = pool
+        self.free = free.copy()
+        self.taken: list[int] = []
+
+    def take(self, positions: Iterable[int]) -> None:
+        for p in positions:
+            p = int(p)
+            if not self.free[p]:
+                raise ValueError(f"candidate {p} is not free")
+            self.free[p] = False
+            self.taken.append(p)
+
+    def best(self, scores: Any, count: int) -> list[tuple[int, float]]:
+        """Take the ``count`` free positions with the highest score (NaN lowest; ties: lower position)."""
+        values = np.asarray(scores, dtype=float).reshape(-1)[:len(self.pool.raws)]
+        values = np.where(np.isnan(values), -np.inf, values)
+        order = [int(i) for i in np.argsort(-values, kind="stable") if self.free[i]][:count]
+        self.take(order)
+        return [(i, float(values[i])) for i in order]
+
+    def nearest(self, continuous: np.ndarray, categorical: np.ndarray) -> int | None:
+        """The free position closest to a point: squared scaled distance plus categorical mismatches."""
+        if not self.free.any():
+            return None
+        distance = ((self.pool.continuous - continuous) ** 2).sum(axis=1) + \
+            (self.pool.categorical != categorical).sum(axis=1)
+        distance = np.where(self.free, distance, np.inf)
+        return int(np.argmin(distance))
+
+    def trial(self, position: int, score: float) -> Any:
+        """What a designer's acquisition step returns for a pick: the pool trial, scored, tagged."""
+        vz = _runtime().vz
+        out = vz.Trial(parameters=self.pool.trials[position].parameters,
+                       metadata=vz.Metadata({_POOL_POSITION: str(position)}))
+        out.complete(vz.Measurement(metrics={"acquisition": score}))
         return out
 
-    # ------------------------------------------------------------ decode
 
-    def decode(self, raw: dict[str, Any]) -> dict[str, Any]:
-        """Knob values of a raw suggestion: each parameter decoded, plus the injected constants."""
-        out = {p.name: p.decode(raw[p.name]) for p in self.params}
-        out.update(self.constants)
-        return out
+class _Slot:
+    """Where a designer finds the current ask's choice (set for the duration of one suggest)."""
+
+    choice: _Choice | None = None
+
+
+_POOL_POSITION: Final = "spica_pool_position"
+_DESIGNERS: tuple[type, type, type] | None = None
+
+
+def _finite_designers() -> tuple[type, type, type]:
+    """GP-UCB-PE and GP-bandit designers whose acquisition step scores the current pool.
+
+    Built on first use so that importing this module never imports Vizier. GP-UCB-PE takes a
+    gradient-free acquisition optimizer (``FiniteSetOptimizer``) and asks it for one
+    point at a time, with the pool's features converted once; the GP bandit's acquisition step
+    is its documented override point (``_optimize_acquisition``).
+    """
+    global _DESIGNERS
+    if _DESIGNERS is not None:
+        return _DESIGNERS
+    import equinox as eqx
+
+    rt = _runtime()
+
+    class FiniteUCBPE(rt.gp_ucb_pe.VizierGPUCBPEBandit):
+        spica_slot: _Slot
+
+        def get_score_fn_on_trials(self, score_fn: Any) -> Any:
+            pool = self.spica_slot.choice.pool  # type: ignore[union-attr]
+            jitted = eqx.filter_jit(score_fn)
+
+            def acquisition(trials: Sequence[Any]) -> dict[str, Any]:
+                features = pool.for_converter(self._converter) if trials is pool.trials \
+                    else self._converter.to_features(trials)
+                return {"acquisition": jitted(features)}
+
+            return acquisition
+
+    class FiniteGPBandit(rt.gp_bandit.VizierGPBandit):
+        spica_slot: _Slot
+
+        def _optimize_acquisition(self, scoring_fn: Any, count: int) -> list[Any]:
+            choice = self.spica_slot.choice
+            assert choice is not None
+            seed, self._rng = rt.jax.random.split(self._rng)
+            scores = eqx.filter_jit(scoring_fn.score)(choice.pool.for_converter(self._converter), seed)
+            return [choice.trial(p, s) for p, s in choice.best(scores, count)]
+
+    class FiniteSetOptimizer(rt.vza.GradientFreeOptimizer):
+        """The best free candidates of the current pool (GP-UCB-PE's acquisition optimizer)."""
+
+        def __init__(self, slot: _Slot):
+            self.slot = slot
+
+        def optimize(self, score_fn: Any, problem: Any, *, count: int = 1, budget_factor: float = 1.0,
+                     seed_candidates: Sequence[Any] = ()) -> list[Any]:
+            choice = self.slot.choice
+            assert choice is not None
+            scores = score_fn(choice.pool.trials)["acquisition"]
+            return [choice.trial(p, s) for p, s in choice.best(scores, count)]
+
+    _DESIGNERS = (FiniteUCBPE, FiniteGPBandit, FiniteSetOptimizer)
+    return _DESIGNERS
 
 
 def _plain_number(value: Any) -> int | float:

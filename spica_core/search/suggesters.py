@@ -1,41 +1,36 @@
 """Suggesters: what proposes the next candidates of a branch, behind one small interface.
 
 The round loop (``rounds.py``) asks a suggester how many proposals a round still wants and for
-that many proposals; it never knows which policy it drives. The Vizier suggester asks a seeded
-study rebuilt from the branch's trials (rapid); the thorough suggester walks the branch's finite
-space in a canonical order, the way Optuna's brute-force sampler is just another sampler.
+that many proposals; it never knows which policy it drives. Both suggesters pick from the
+branch's numbered legal space (:class:`CandidateSpace`) and never propose a candidate the branch
+already tried, so every proposal is a new evaluation and an empty answer means the space is
+exhausted. The Vizier suggester keeps one study per branch alive; the thorough suggester walks
+the space in canonical order, the way Optuna's brute-force sampler is just another sampler.
 """
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
+import numpy as np
+
 from spica_core.evaluate.evaluator import Status
-from spica_core.search.study import Study, TrialRecord
+from spica_core.search.candidates import CandidateSpace, Proposal
+from spica_core.search.study import Study, TrialRecord, derive_seed
 from spica_core.search.trials import Trial
 from spica_core.space.branches import Branch
-from spica_core.space.parallel import ParallelConfig
-from spica_core.space.projection import ProjectionRecord, latent_params, project, study_params
 
 ATTEMPT_CAP_FACTOR = 11  # "requested batch + at most 10× replacements" (§6.2)
 SCALAR_METRIC = "objective"
-
-
-@dataclass(frozen=True)
-class Proposal:
-    """A decoded suggestion: the raw parameters, the knob selection, the projection and the parallel config."""
-
-    raw: dict[str, Any]
-    selection: dict[str, Any]
-    projection: ProjectionRecord | None
-    parallel: ParallelConfig
+MAX_POOL = 4096  # larger spaces are scored on a fresh seeded sample of this many unseen candidates per ask
 
 
 class Suggester(Protocol):
-    """``wanted`` says how many proposals a round still needs (0: the round is over)."""
+    """``wanted`` says how many proposals a round still needs (0: the round is over); ``suggest``
+    returns at most ``count`` proposals the branch has not tried ([] once its space is exhausted)."""
 
+    space: CandidateSpace
     stalls: bool  # a round short of its target ends the branch (§6.5)
 
     def wanted(self, this_round: Sequence[Trial], per_round: int) -> int: ...
@@ -49,18 +44,21 @@ def round_counts(this_round: Sequence[Trial]) -> tuple[int, int]:
 
 
 class VizierSuggester:
-    """Rapid policy: a seeded Vizier study over the branch, fed every trial of the branch so far."""
+    """Rapid policy: one seeded Vizier study per branch, picking among the candidates not yet tried.
+
+    When the untried candidates fit in what is left of the branch's evaluation budget, they are
+    enumerated in canonical order instead: every one of them will be evaluated anyway.
+    """
 
     stalls = True
 
     def __init__(self, branch: Branch, objectives: Sequence[tuple[str, str]], *, pareto: bool, algorithm: str,
-                 seed: int):
-        self.branch = branch
-        self.objectives = tuple(objectives)
+                 seed: int, budget: int):
+        self.space = CandidateSpace(branch)
         self.pareto = pareto
-        self.algorithm = algorithm
         self.seed = seed
-        self.latent_names = {p.name for p in latent_params(branch)}
+        self.budget = budget
+        self.study = Study(self.space.params, objectives=objectives, algorithm=algorithm, seed=seed)
 
     def wanted(self, this_round: Sequence[Trial], per_round: int) -> int:
         """Up to the round's unique-success target, within the attempt cap (§6.2)."""
@@ -68,27 +66,34 @@ class VizierSuggester:
         cap = ATTEMPT_CAP_FACTOR * per_round
         return max(0, min(per_round - unique, cap - attempts))
 
-    def study(self, trials: Sequence[Trial]) -> Study:
-        study = Study(study_params(self.branch), objectives=self.objectives, algorithm=self.algorithm,
-                      seed=self.seed, constants=self.branch.constants())
-        for trial in trials:
-            record = study_record(trial, self.pareto)
-            study.complete(record.params, record.metrics, record.infeasible_reason)
-        return study
-
     def suggest(self, count: int, trials: Sequence[Trial], step: int) -> list[Proposal]:
-        study = self.study(trials)
-        return [self.proposal(raw, study.decode(raw)) for raw in study.suggest(count, step=step)]
+        mine = [t for t in trials if t.mode == self.space.mode]
+        seen = self.space.seen(mine)
+        untried = self.space.size - len(seen)
+        if untried <= max(0, self.budget - len(seen)):
+            return [self.space.proposal(i) for i in itertools.islice(self.space.unseen(seen), count)]
+        self.study.sync([study_record(t, self.pareto) for t in mine])
+        indices, pool = self.pool(seen, step)
+        allowed = [i not in seen for i in indices]
+        picks = self.study.suggest(count, step, pool, allowed)
+        return [self.space.proposal(indices[p]) for p in picks]
 
-    def proposal(self, raw: Mapping[str, Any], decoded: Mapping[str, Any]) -> Proposal:
-        """Split a decoded suggestion into knobs and latent features, and project the latter (§7.4)."""
-        selection = {k: v for k, v in decoded.items() if k not in self.latent_names}
-        selection["deployment_mode"] = self.branch.mode
-        if self.branch.is_strict_pin:
-            return Proposal(dict(raw), selection, None, self.branch.pool[0])
-        requested = {k: v for k, v in decoded.items() if k in self.latent_names}
-        record = project(self.branch, str(selection["backend"]), requested)
-        return Proposal(dict(raw), selection, record, record.config)
+    def pool(self, seen: set[int], step: int) -> tuple[Sequence[int], Sequence[dict[str, Any]]]:
+        """What the study scores: the whole space (the same object every ask, so its features are
+        converted once), or for a large space a seeded sample of ``MAX_POOL`` untried candidates."""
+        if self.space.size <= MAX_POOL:
+            return range(self.space.size), self.space.raws
+        if self.space.size - len(seen) <= MAX_POOL:
+            indices = list(self.space.unseen(seen))
+            return indices, [self.space.raw(i) for i in indices]
+        rng = np.random.default_rng(derive_seed(self.seed, step))
+        picked: dict[int, None] = {}
+        while len(picked) < MAX_POOL:
+            for i in rng.integers(0, self.space.size, size=2 * MAX_POOL):
+                if int(i) not in seen:
+                    picked.setdefault(int(i), None)
+        indices = list(picked)[:MAX_POOL]
+        return indices, [self.space.raw(i) for i in indices]
 
 
 def study_record(trial: Trial, pareto: bool) -> TrialRecord:
@@ -100,40 +105,30 @@ def study_record(trial: Trial, pareto: bool) -> TrialRecord:
 
 
 class ThoroughSuggester:
-    """Thorough policy: every (backend, legal parallel config, knob combination), in canonical order."""
+    """Thorough policy: every candidate of the branch, in canonical order."""
 
     stalls = False
 
     def __init__(self, branch: Branch):
-        self.branch = branch
+        self.space = CandidateSpace(branch)
 
     def wanted(self, this_round: Sequence[Trial], per_round: int) -> int:
         return max(0, per_round - len(this_round))
 
     def suggest(self, count: int, trials: Sequence[Trial], step: int) -> list[Proposal]:
-        """The next ``count`` proposals after the ``len(trials)`` already tried."""
-        return list(itertools.islice(thorough_proposals(self.branch), len(trials), len(trials) + count))
+        seen = self.space.seen(trials)
+        return [self.space.proposal(i) for i in itertools.islice(self.space.unseen(seen), count)]
 
 
 def thorough_proposals(branch: Branch) -> Iterator[Proposal]:
-    knobs = {k: v for k, v in branch.knob_choices.items() if k != "backend"}
-    names = list(knobs)
-    for backend in branch.backends:
-        for config in branch.configs_for(backend):
-            for combo in itertools.product(*(knobs[n] for n in names)):
-                selection = {"deployment_mode": branch.mode, "backend": backend, **dict(zip(names, combo))}
-                raw = {k: v for k, v in selection.items() if k != "deployment_mode"}
-                yield Proposal(raw, selection, None, config)
+    space = CandidateSpace(branch)
+    return (space.proposal(i) for i in range(space.size))
 
 
 def thorough_size(branch: Branch) -> int:
-    """How many proposals the thorough policy makes for a branch."""
-    combos = 1
-    for name, values in branch.knob_choices.items():
-        if name != "backend":
-            combos *= len(values)
-    return combos * sum(len(branch.configs_for(b)) for b in branch.backends)
+    """How many proposals the thorough policy makes for a branch (the size of its legal space)."""
+    return CandidateSpace(branch).size
 
 
 __all__ = ["Proposal", "Suggester", "VizierSuggester", "ThoroughSuggester", "thorough_proposals", "thorough_size",
-           "study_record", "round_counts", "ATTEMPT_CAP_FACTOR", "SCALAR_METRIC"]
+           "study_record", "round_counts", "ATTEMPT_CAP_FACTOR", "SCALAR_METRIC", "MAX_POOL"]

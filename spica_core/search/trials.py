@@ -40,6 +40,7 @@ class Trial:
     metrics: dict[str, float] = field(default_factory=dict)
     eval_seconds: float | None = None
     replay_seconds: float | None = None
+    suggest_seconds: float | None = None   # the optimizer's time for the ask that proposed this trial
 
     @property
     def backend(self) -> str | None:
@@ -70,6 +71,7 @@ class Trial:
             "sample_json": canonical_json(self.candidate.to_sample() if self.candidate else {}),
             "eval_seconds": self.eval_seconds,
             "replay_seconds": self.replay_seconds,
+            "suggest_seconds": self.suggest_seconds,
         }
 
     @classmethod
@@ -86,7 +88,7 @@ class Trial:
             candidate=Candidate.from_sample(sample) if sample else None, score=row["score"],
             objectives=json.loads(row["objectives_json"]) if row["objectives_json"] else None,
             metrics=json.loads(row["metrics_json"]), eval_seconds=row["eval_seconds"],
-            replay_seconds=row["replay_seconds"])
+            replay_seconds=row["replay_seconds"], suggest_seconds=row["suggest_seconds"])
 
 
 @dataclass
