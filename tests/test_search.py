@@ -13,6 +13,7 @@ import pytest
 from spica_core.config.model import SmartSearchConfig
 from spica_core.evaluate import Candidate, EvalRequest, Outcome, SequentialEvaluator, Status
 from spica_core.run.catalog import RunDir
+from spica_core.search import suggesters
 from spica_core.search import (
     EvalCache, SearchContext, Study, Tally, Trial, VizierSuggester, rank_trials, run_round,
     thorough_proposals, thorough_size,
@@ -220,16 +221,41 @@ def test_scalar_merge_ranks_across_branches_by_score_then_gpus() -> None:
 
 
 @pytest.mark.slow
-def test_default_designer_with_half_the_budget_is_within_2_percent_of_thorough() -> None:
-    """GP-UCB-PE with 8 unique evaluations (about half of the 15-config space) vs the exact optimum."""
+def test_default_designer_with_half_the_budget_is_within_2_percent_of_thorough(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """GP-UCB-PE with 8 unique evaluations (about half of the 15-config space) vs the exact optimum; these
+    replays are cheap, so the model is forced on (it would space-fill otherwise)."""
+    monkeypatch.setattr(suggesters, "MIN_BATCH_SECONDS_FOR_MODEL", 0.0)
     best, rows = thorough_optimum(make(sweep={"policy": "thorough", "candidates_per_round": 8}))
     assert len(rows) == 15
     config = make(sweep={"candidates_per_round": 4, "max_rounds": 2, "seed": 0})
     history = run_rounds(branch_of(config), SearchContext(config, None, None), 2)
+    assert [t.suggested_by for t in history] == ["space-filling"] * 4 + ["gp"] * 4
     found = max(t.score for t in history if t.status is Status.feasible)  # type: ignore[type-var]
     unique = sum(1 for t in history if t.is_evaluated_success)
-    assert unique <= 8
+    assert unique == 8 and len({(t.parallel, json.dumps(t.params, sort_keys=True)) for t in history}) == 8
     assert found >= 0.98 * best, f"optimizer best {found} vs thorough {best}"
+
+
+def test_a_gp_study_space_fills_when_a_batch_of_evaluations_is_cheaper_than_a_fit() -> None:
+    config = make({"agg_max_num_seqs": [256, 512]}, sweep={"candidates_per_round": 8})
+    branch = branch_of(config)
+
+    def suggester(algorithm: str, workers: int = 2) -> VizierSuggester:
+        return VizierSuggester(branch, [("objective", "max")], pareto=False, algorithm=algorithm, seed=0,
+                               budget=16, workers=workers)
+
+    def tried(eval_seconds: float) -> list[Trial]:
+        proposal = suggester("DEFAULT").space.proposal(0)
+        return [Trial("agg", 0, 0, Status.feasible, proposal.parallel, proposal.raw, proposal.selection, score=1.0,
+                      eval_seconds=eval_seconds)]
+
+    assert suggester("RANDOM_SEARCH").method(tried(5.0), 8) == "random"
+    assert suggester("QUASI_RANDOM_SEARCH").method(tried(5.0), 8) == "space-filling"
+    assert suggester("DEFAULT").method([], 8) == "space-filling"                # no data: Vizier seeds too
+    assert suggester("DEFAULT").method(tried(0.05), 8) == "space-filling"       # 4 waves × 0.05 s < 0.25 s
+    assert suggester("DEFAULT", workers=1).method(tried(0.05), 8) == "gp"       # 8 waves × 0.05 s ≥ 0.25 s
+    assert suggester("GAUSSIAN_PROCESS_BANDIT").method(tried(0.5), 8) == "gp"
 
 
 def test_round_task_resumes_a_finished_round_without_replaying(tmp_path: Path) -> None:

@@ -94,7 +94,7 @@ TRIALS_SCHEMA: Final = pa.schema([
     ("objectives_json", pa.string()), ("metrics_json", pa.string()), ("params_json", pa.string()),
     ("selection_json", pa.string()), ("projection_json", pa.string()), ("parallel_json", pa.string()),
     ("sample_json", pa.string()), ("eval_seconds", pa.float64()), ("replay_seconds", pa.float64()),
-    ("suggest_seconds", pa.float64()),
+    ("suggest_seconds", pa.float64()), ("suggested_by", pa.string()),
 ])
 
 RANKING_SCHEMA: Final = pa.schema([

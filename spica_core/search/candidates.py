@@ -10,7 +10,7 @@ backend can run and can be checked against what was already evaluated before it 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -33,6 +33,7 @@ class Proposal:
     selection: dict[str, Any]
     projection: ProjectionRecord | None
     parallel: ParallelConfig
+    suggested_by: str = "enumerated"
 
 
 def _levels(param: Param) -> tuple[Any, ...]:
@@ -106,7 +107,7 @@ class CandidateSpace:
         """Every candidate's parameters (only for spaces small enough to score whole)."""
         return tuple(self.raw(i) for i in range(self.size))
 
-    def proposal(self, index: int) -> Proposal:
+    def proposal(self, index: int, suggested_by: str = "enumerated") -> Proposal:
         pair, _ = self.digits(index)
         backend, config = self.pairs[pair]
         raw = self.raw(index)
@@ -117,7 +118,7 @@ class CandidateSpace:
         if not self.branch.is_strict_pin:
             features = self._features(config)
             projection = ProjectionRecord(features, features, 0.0, False, config)
-        return Proposal(raw, selection, projection, config)
+        return Proposal(raw, selection, projection, config, suggested_by)
 
     def index_of(self, trial: Trial) -> int | None:
         """The candidate a trial evaluated, or None when it is not in this space (e.g. another config)."""
@@ -143,9 +144,4 @@ class CandidateSpace:
         return (i for i in range(self.size) if i not in seen)
 
 
-def space_sizes(spaces: Mapping[str, CandidateSpace] | Sequence[CandidateSpace]) -> dict[str, int]:
-    items = spaces.values() if isinstance(spaces, Mapping) else spaces
-    return {s.mode: s.size for s in items}
-
-
-__all__ = ["CandidateSpace", "Proposal", "FLOAT_LEVELS", "space_sizes"]
+__all__ = ["CandidateSpace", "Proposal", "FLOAT_LEVELS"]

@@ -71,7 +71,7 @@ class SearchContext:
         else:
             made = VizierSuggester(branch, self.objectives(), pareto=self.config.goal.is_pareto,
                                    algorithm=sweep.algorithm.value, seed=sweep.seed,
-                                   budget=sweep.max_rounds * sweep.per_round)
+                                   budget=sweep.max_rounds * sweep.per_round, workers=sweep.workers)
         self.suggesters[branch.mode] = made
         return made
 
@@ -181,7 +181,7 @@ def _evaluate_ask(branch: Branch, context: SearchContext, round_no: int, ask: in
 
     def trial(t: int, p: Proposal, status: Status, key: str, **kw: Any) -> Trial:
         return Trial(branch.mode, round_no, t, status, p.parallel, p.raw, p.selection, ask=ask, cache_key=key,
-                     projection=p.projection, suggest_seconds=suggest_seconds, **kw)
+                     projection=p.projection, suggest_seconds=suggest_seconds, suggested_by=p.suggested_by, **kw)
 
     for t, p in enumerate(proposals, start=first):
         key = cache_key(context.key, p.selection, p.parallel)

@@ -265,13 +265,13 @@ class Study:
     # ------------------------------------------------------------ suggest
 
     def suggest(self, count: int, step: int, pool: Sequence[dict[str, Any]],
-                allowed: Sequence[bool] | None = None) -> list[int]:
+                allowed: Sequence[bool] | None = None, *, model: bool = True) -> list[int]:
         """Positions in ``pool`` (raw parameter dicts) of up to ``count`` distinct allowed candidates.
 
         GP algorithms score their acquisition on the pool with the designer kept warm; random
         search draws uniformly from the allowed candidates; quasi-random (and a GP study's first
-        batch) takes the allowed candidate nearest to each Halton point. The random key comes
-        from ``(seed, step)``, so the same trials, pool and step give the same picks.
+        batch, or ``model=False``) takes the allowed candidate nearest to each Halton point. The
+        random key comes from ``(seed, step)``, so the same trials, pool and step give the same picks.
         """
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
@@ -286,7 +286,7 @@ class Study:
             if self.algorithm == "RANDOM_SEARCH":
                 rng = np.random.default_rng(derive_seed(self.seed, step))
                 choice.take(rng.permutation(np.flatnonzero(free))[:count])
-            elif self.algorithm in GP_ALGORITHMS and self._trials:
+            elif self.algorithm in GP_ALGORITHMS and self._trials and model:
                 self._model_suggest(choice, count, step)
             if len(choice.taken) < count:  # quasi-random, a GP study's first batch, or a short answer
                 first_gp_batch = self.algorithm in GP_ALGORITHMS and not self._trials

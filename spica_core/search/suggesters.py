@@ -10,6 +10,8 @@ the space in canonical order, the way Optuna's brute-force sampler is just anoth
 from __future__ import annotations
 
 import itertools
+import math
+import statistics
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
@@ -24,6 +26,9 @@ from spica_core.space.branches import Branch
 ATTEMPT_CAP_FACTOR = 11  # "requested batch + at most 10× replacements" (§6.2)
 SCALAR_METRIC = "objective"
 MAX_POOL = 4096  # larger spaces are scored on a fresh seeded sample of this many unseen candidates per ask
+# A warm GP ask costs about 1 s on two cores; a batch whose evaluations take less than a quarter of
+# that is space-filled instead, so the optimizer never costs several times the evaluations it picks.
+MIN_BATCH_SECONDS_FOR_MODEL = 0.25
 
 
 class Suggester(Protocol):
@@ -47,17 +52,20 @@ class VizierSuggester:
     """Rapid policy: one seeded Vizier study per branch, picking among the candidates not yet tried.
 
     When the untried candidates fit in what is left of the branch's evaluation budget, they are
-    enumerated in canonical order instead: every one of them will be evaluated anyway.
+    enumerated in canonical order instead: every one of them will be evaluated anyway. A GP study
+    also space-fills a batch whose evaluations, as recorded so far, would take less than
+    ``MIN_BATCH_SECONDS_FOR_MODEL``: then fitting the model would cost more than evaluating.
     """
 
     stalls = True
 
     def __init__(self, branch: Branch, objectives: Sequence[tuple[str, str]], *, pareto: bool, algorithm: str,
-                 seed: int, budget: int):
+                 seed: int, budget: int, workers: int = 1):
         self.space = CandidateSpace(branch)
         self.pareto = pareto
         self.seed = seed
         self.budget = budget
+        self.workers = workers
         self.study = Study(self.space.params, objectives=objectives, algorithm=algorithm, seed=seed)
 
     def wanted(self, this_round: Sequence[Trial], per_round: int) -> int:
@@ -75,8 +83,21 @@ class VizierSuggester:
         self.study.sync([study_record(t, self.pareto) for t in mine])
         indices, pool = self.pool(seen, step)
         allowed = [i not in seen for i in indices]
-        picks = self.study.suggest(count, step, pool, allowed)
-        return [self.space.proposal(indices[p]) for p in picks]
+        method = self.method(mine, count)
+        picks = self.study.suggest(count, step, pool, allowed, model=method == "gp")
+        return [self.space.proposal(indices[p], method) for p in picks]
+
+    def method(self, trials: Sequence[Trial], count: int) -> str:
+        """How this ask picks: the GP, or (no data yet, or evaluations too cheap) space-filling."""
+        algorithm = self.study.algorithm
+        if algorithm == "RANDOM_SEARCH":
+            return "random"
+        if algorithm == "QUASI_RANDOM_SEARCH" or not trials:
+            return "space-filling"
+        timed = [t.eval_seconds for t in trials if t.eval_seconds is not None and not t.cache_hit]
+        if timed and statistics.median(timed) * math.ceil(count / self.workers) < MIN_BATCH_SECONDS_FOR_MODEL:
+            return "space-filling"
+        return "gp"
 
     def pool(self, seen: set[int], step: int) -> tuple[Sequence[int], Sequence[dict[str, Any]]]:
         """What the study scores: the whole space (the same object every ask, so its features are
@@ -131,4 +152,5 @@ def thorough_size(branch: Branch) -> int:
 
 
 __all__ = ["Proposal", "Suggester", "VizierSuggester", "ThoroughSuggester", "thorough_proposals", "thorough_size",
-           "study_record", "round_counts", "ATTEMPT_CAP_FACTOR", "SCALAR_METRIC", "MAX_POOL"]
+           "study_record", "round_counts", "ATTEMPT_CAP_FACTOR", "SCALAR_METRIC", "MAX_POOL",
+           "MIN_BATCH_SECONDS_FOR_MODEL"]

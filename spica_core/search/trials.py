@@ -41,6 +41,7 @@ class Trial:
     eval_seconds: float | None = None
     replay_seconds: float | None = None
     suggest_seconds: float | None = None   # the optimizer's time for the ask that proposed this trial
+    suggested_by: str = ""                 # how it was picked: gp, space-filling, random or enumerated
 
     @property
     def backend(self) -> str | None:
@@ -72,6 +73,7 @@ class Trial:
             "eval_seconds": self.eval_seconds,
             "replay_seconds": self.replay_seconds,
             "suggest_seconds": self.suggest_seconds,
+            "suggested_by": self.suggested_by,
         }
 
     @classmethod
@@ -88,7 +90,8 @@ class Trial:
             candidate=Candidate.from_sample(sample) if sample else None, score=row["score"],
             objectives=json.loads(row["objectives_json"]) if row["objectives_json"] else None,
             metrics=json.loads(row["metrics_json"]), eval_seconds=row["eval_seconds"],
-            replay_seconds=row["replay_seconds"], suggest_seconds=row["suggest_seconds"])
+            replay_seconds=row["replay_seconds"], suggest_seconds=row["suggest_seconds"],
+            suggested_by=row["suggested_by"] or "")
 
 
 @dataclass

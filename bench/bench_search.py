@@ -1,0 +1,404 @@
+"""The search benchmark: what the optimizer costs and how good its answer is, as ratios from one run.
+
+    .venv/bin/python bench/bench_search.py            # ~25 min on 2 cores; writes the files below
+    .venv/bin/python bench/bench_search.py --quick    # a smoke run (1 seed, small budgets)
+
+Writes ``bench/results/search.json`` and the results section of ``docs/benchmarks.md``.
+
+Two fixed spaces, both goodput_per_gpu under an SLA, with a generated shared-prefix trace:
+
+- ``dense``: Qwen3-32B on 8 × h200_sxm, agg and disagg, vLLM, batching and router knobs (688 candidates);
+- ``moe``: Qwen3-30B-A3B on 16 × h200_sxm, agg, vLLM, batching and router knobs (480 candidates).
+
+What runs, per space:
+
+1. ``thorough`` with real replays (2 worker processes): the exact optimum, and the score of every
+   candidate. The quality runs (step 2) answer each candidate with its recorded thorough outcome
+   instead of replaying it again: a candidate's score is a fixed function of the candidate, so the
+   designers are compared on identical scores, and 90 searches fit in the time budget.
+2. Budgets of 16, 32 and 64 evaluations, 5 seeds, for DEFAULT (GP-UCB-PE), RANDOM_SEARCH and
+   QUASI_RANDOM_SEARCH: best ÷ thorough optimum, and unique evaluations ÷ suggestions.
+3. One DEFAULT sweep of 64 evaluations with real replays: the wall-time split (replay, optimizer,
+   orchestration) and 1 − (Σ replay s ÷ workers) ÷ wall.
+
+Then: the 45-candidate space of the issue (default at 24 evaluations vs thorough, real replays),
+RSS over 200 GP-UCB-PE suggestions, the quick-start CLI sweep with an empty compile cache, and
+the peer: AI Configurator's own ``aiconfigurator cli default`` on the dense space, its agg and
+disagg picks replayed on the same trace (``bench/peer_aic.py``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any, Sequence
+
+os.environ.setdefault("DYN_LOG", "error")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import psutil  # noqa: E402
+
+from spica_core.config.model import SmartSearchConfig  # noqa: E402
+from spica_core.evaluate import EvalPool, EvalRequest, Outcome  # noqa: E402
+from spica_core.evaluate.traces import write_poisson_trace  # noqa: E402
+from spica_core.search import EvalCache, SearchContext, Trial, round_plan, run_round  # noqa: E402
+from spica_core.space.branches import Branch, enumerate_branches  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "search.json"
+DOCS = ROOT / "docs" / "benchmarks.md"
+TRACES = ROOT / "bench" / "traces"
+ALGORITHMS = ("DEFAULT", "RANDOM_SEARCH", "QUASI_RANDOM_SEARCH")
+PER_ROUND = 8
+WORKERS = 2
+ROUTER_PINS = {"overlap_score_credit": [1.0], "prefill_load_scale": [1.0], "router_temperature": [0.0],
+               "planner_scaling_policy": ["disabled"]}
+SPACES: dict[str, dict[str, Any]] = {
+    "dense": {"model_name": "Qwen/Qwen3-32B", "hardware_sku": "h200_sxm", "gpu_budget": 8,
+              "deployment_mode": ["agg", "disagg"], "backend": ["vllm"],
+              "agg_max_num_seqs": [256, 1024], "agg_max_num_batched_tokens": [8192, 32768],
+              "prefill_max_num_seqs": [4, 16], "prefill_max_num_batched_tokens": [16384],
+              "decode_max_num_seqs": [256, 1024], "router_mode": ["kv_router", "round_robin"], **ROUTER_PINS},
+    "moe": {"model_name": "Qwen/Qwen3-30B-A3B", "hardware_sku": "h200_sxm", "gpu_budget": 16,
+            "deployment_mode": ["agg"], "backend": ["vllm"],
+            "agg_max_num_seqs": [256, 1024], "agg_max_num_batched_tokens": [8192, 32768],
+            "router_mode": ["kv_router", "round_robin"], **ROUTER_PINS},
+}
+SMALL_SPACE = {"model_name": "Qwen/Qwen3-32B", "hardware_sku": "h200_sxm", "gpu_budget": 8,
+               "deployment_mode": ["agg"], "backend": ["vllm"], "agg_max_num_seqs": [256, 512, 1024],
+               "agg_max_num_batched_tokens": [16384], "router_mode": ["round_robin"], **ROUTER_PINS}
+SLA = {"ttft_ms": 1500, "itl_ms": 30}
+ISL, OSL = 3000, 300
+
+
+def make_trace(name: str, num_requests: int) -> Path:
+    """A shared-prefix Poisson trace; the same arguments always give the same file."""
+    return write_poisson_trace(TRACES / f"{name}.jsonl", num_requests=num_requests, rate_rps=16.0, isl=ISL,
+                               osl=OSL, prefix_groups=24, prefix_blocks=8, seed=7)
+
+
+def make_config(space: dict[str, Any], trace: Path, **sweep: Any) -> SmartSearchConfig:
+    return SmartSearchConfig.from_dict({
+        "search_space": space, "workload": {"trace_path": str(trace)},
+        "goal": {"target": "goodput_per_gpu", "sla": SLA},
+        "sweep": {"parallel_evals": WORKERS, "candidates_per_round": PER_ROUND, "max_eval_seconds": 300, **sweep}})
+
+
+def sample_key(request: EvalRequest) -> str:
+    return json.dumps(request.candidate.to_sample(), sort_keys=True, default=str)
+
+
+class Recorder:
+    """Evaluates with real replays and keeps every outcome by candidate."""
+
+    def __init__(self, pool: EvalPool):
+        self.pool = pool
+        self.outcomes: dict[str, Outcome] = {}
+
+    def evaluate_batch(self, requests: Sequence[EvalRequest]) -> list[Outcome]:
+        out = self.pool.evaluate_batch(requests)
+        for request, outcome in zip(requests, out):
+            self.outcomes[sample_key(request)] = outcome
+        return out
+
+
+class Recorded:
+    """Answers each candidate with the outcome the thorough run recorded for it (see the docstring)."""
+
+    def __init__(self, outcomes: dict[str, Outcome]):
+        self.outcomes = outcomes
+        self.misses = 0
+
+    def evaluate_batch(self, requests: Sequence[EvalRequest]) -> list[Outcome]:
+        out = []
+        for request in requests:
+            outcome = self.outcomes.get(sample_key(request))
+            if outcome is None:
+                self.misses += 1
+                raise KeyError(f"candidate not in the thorough record: {sample_key(request)[:200]}")
+            out.append(outcome)
+        return out
+
+
+@dataclass
+class SweepRun:
+    trials: list[Trial]
+    wall_s: float
+
+    @property
+    def best(self) -> float:
+        return max((t.score for t in self.trials if t.score is not None and t.status.value == "feasible"),
+                   default=float("nan"))
+
+    @property
+    def replay_s(self) -> float:
+        return sum(t.replay_seconds or 0.0 for t in self.trials if not t.cache_hit)
+
+    @property
+    def suggest_s(self) -> float:
+        asks = {(t.mode, t.round, t.ask): t.suggest_seconds or 0.0 for t in self.trials}
+        return sum(asks.values())
+
+    @property
+    def methods(self) -> dict[str, int]:
+        """How many trials each way of picking proposed (gp, space-filling, random, enumerated)."""
+        out: dict[str, int] = {}
+        for t in self.trials:
+            out[t.suggested_by] = out.get(t.suggested_by, 0) + 1
+        return out
+
+    @property
+    def unique_ratio(self) -> float:
+        return sum(1 for t in self.trials if not t.cache_hit) / max(1, len(self.trials))
+
+
+def sweep(config: SmartSearchConfig, branches: Sequence[Branch], trace: Path, evaluator: Any) -> SweepRun:
+    """The flow's search stage without Prefect: every branch's rounds, in order, until it stalls."""
+    context = SearchContext(config, str(trace), None)
+    rounds, _ = round_plan(branches, config)
+    trials: list[Trial] = []
+    cache = EvalCache()
+    started = time.perf_counter()
+    for branch in branches:
+        for round_no in range(rounds[branch.mode]):
+            result = run_round(branch, context, round_no, trials, evaluator, cache)
+            trials += result.trials
+            if result.stalled:
+                break
+    return SweepRun(trials, time.perf_counter() - started)
+
+
+def rounds_for(budget: int, branches: int) -> int:
+    return max(1, budget // (PER_ROUND * branches))
+
+
+def bench_space(name: str, space: dict[str, Any], trace: Path, seeds: Sequence[int], budgets: Sequence[int],
+                pool: EvalPool, keep: Path | None = None,
+                algorithms: Sequence[str] = ALGORITHMS) -> tuple[dict[str, Any], dict[str, Outcome]]:
+    base = make_config(space, trace)
+    branches = enumerate_branches(base).branches
+    print(f"[{name}] {sum(len(b.pool) for b in branches)} configs in {len(branches)} branch(es)", flush=True)
+    recorder = Recorder(pool)
+    saved = None if keep is None else keep / f"thorough_{name}.pkl"
+    if saved is not None and saved.exists():  # a development shortcut: reuse a recorded thorough run
+        thorough, recorder.outcomes = pickle.loads(saved.read_bytes())
+    else:
+        thorough = sweep(make_config(space, trace, policy="thorough"), branches, trace, recorder)
+        if saved is not None:
+            saved.write_bytes(pickle.dumps((thorough, recorder.outcomes)))
+    optimum = thorough.best
+    print(f"[{name}] thorough: {len(thorough.trials)} candidates in {thorough.wall_s:.0f} s, optimum {optimum:.1f}",
+          flush=True)
+    recorded = Recorded(recorder.outcomes)
+    quality: dict[str, dict[str, list[dict[str, float]]]] = {}
+    for algorithm in algorithms:
+        quality[algorithm] = {}
+        for budget in budgets:
+            rows = []
+            for seed in seeds:
+                config = make_config(space, trace, algorithm=algorithm, seed=seed,
+                                     max_rounds=rounds_for(budget, len(branches)))
+                run = sweep(config, branches, trace, recorded)
+                rows.append({"seed": seed, "evaluations": len(run.trials), "best_ratio": run.best / optimum,
+                             "unique_ratio": run.unique_ratio, "optimizer_s": run.suggest_s,
+                             "methods": run.methods})
+            quality[algorithm][str(budget)] = rows
+            ratios = [r["best_ratio"] for r in rows]
+            print(f"[{name}] {algorithm:>19} @{budget}: best/optimum median {statistics.median(ratios):.4f} "
+                  f"range {min(ratios):.4f}–{max(ratios):.4f}", flush=True)
+    budget = max(budgets)
+    live = sweep(make_config(space, trace, max_rounds=rounds_for(budget, len(branches))), branches, trace, pool)
+    split = wall_split(live)
+    print(f"[{name}] live DEFAULT @{budget}: {split}", flush=True)
+    return {"candidates": len(thorough.trials), "configs": sum(len(b.pool) for b in branches),
+            "thorough": {"wall_s": thorough.wall_s, "replay_s": thorough.replay_s, "optimum": optimum,
+                         "mean_replay_s": thorough.replay_s / len(thorough.trials),
+                         "top": [{"mode": t.mode, "parallel": t.parallel.label(), "selection": t.selection,
+                                  "score": t.score} for t in sorted(
+                             (t for t in thorough.trials if t.score is not None), key=lambda t: -t.score)[:8]]},
+            "quality": quality, "live_default": split}, recorder.outcomes
+
+
+def wall_split(run: SweepRun) -> dict[str, float]:
+    replay_wall = run.replay_s / WORKERS
+    return {"evaluations": len(run.trials), "wall_s": run.wall_s, "replay_s": run.replay_s,
+            "replay_wall_s": replay_wall, "optimizer_s": run.suggest_s,
+            "orchestration_s": max(0.0, run.wall_s - replay_wall - run.suggest_s),
+            "outside_replay_ratio": 1 - replay_wall / run.wall_s, "best": run.best,
+            "unique_ratio": run.unique_ratio, "methods": run.methods}
+
+
+def bench_small(trace: Path, pool: EvalPool) -> dict[str, Any]:
+    """The issue's 45-candidate space: a default sweep of 24 evaluations vs thorough, real replays."""
+    branches = enumerate_branches(make_config(SMALL_SPACE, trace)).branches
+    thorough = sweep(make_config(SMALL_SPACE, trace, policy="thorough"), branches, trace, pool)
+    default = sweep(make_config(SMALL_SPACE, trace, max_rounds=3), branches, trace, pool)
+    out = {"candidates": len(thorough.trials), "thorough_wall_s": thorough.wall_s, "default_wall_s": default.wall_s,
+           "default_evaluations": len(default.trials), "wall_ratio": default.wall_s / thorough.wall_s,
+           "best_ratio": default.best / thorough.best, "methods": default.methods}
+    print(f"[small] {out}", flush=True)
+    return out
+
+
+def bench_rss(space: dict[str, Any], trace: Path, outcomes: dict[str, Outcome], suggestions: int) -> dict[str, Any]:
+    """RSS of this process over ``suggestions`` GP-UCB-PE suggestions in the dense disagg branch (568
+    candidates; recorded outcomes, caches kept)."""
+    config = make_config(space, trace, max_rounds=suggestions // PER_ROUND)
+    branches = [b for b in enumerate_branches(config).branches if b.mode == "disagg"]
+    context = SearchContext(config, str(trace), None)
+    proc, trials, rss = psutil.Process(), [], []
+    recorded = Recorded(outcomes)
+    for round_no in range(suggestions // PER_ROUND):
+        trials += run_round(branches[0], context, round_no, trials, recorded, EvalCache()).trials
+        rss.append(proc.memory_info().rss / 2**20)
+    growth = rss[-1] / rss[1] - 1
+    print(f"[rss] {len(trials)} suggestions: {rss[1]:.0f} → {rss[-1]:.0f} MB ({growth:+.1%})", flush=True)
+    return {"suggestions": len(trials), "rss_mb": rss, "growth_after_second_ask": growth}
+
+
+def bench_quickstart() -> dict[str, Any]:
+    """The README's sweep, as a user runs it after setup, with an empty compile cache and run folder."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "SPICA_JAX_CACHE_DIR": f"{tmp}/jax", "PREFECT_HOME": f"{tmp}/prefect",
+               "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"}
+        started = time.perf_counter()
+        proc = subprocess.run([str(ROOT / ".venv" / "bin" / "spica"), "sweep", "examples/quickstart.yaml",
+                               "--runs-root", f"{tmp}/runs"], cwd=ROOT, env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - started
+    print(f"[quickstart] exit {proc.returncode} in {wall:.1f} s", flush=True)
+    return {"wall_s": wall, "exit_code": proc.returncode, "tail": proc.stdout.splitlines()[-3:]}
+
+
+def bench_peer(trace: Path, spica_best: float, optimum: float) -> dict[str, Any]:
+    sys.path.insert(0, str(ROOT / "bench"))
+    import peer_aic
+
+    space = SPACES["dense"]
+    config_path = TRACES / "dense_peer.yaml"
+    config_path.write_text(json.dumps({"search_space": space, "workload": {"trace_path": str(trace)},
+                                       "goal": {"target": "goodput_per_gpu", "sla": SLA}}))
+    result = peer_aic.run_aic_default(space["model_name"], space["hardware_sku"], space["gpu_budget"], ISL, OSL,
+                                      SLA["ttft_ms"], SLA["itl_ms"], "vllm")
+    rows = peer_aic.replay_peer(config_path, result)
+    scores = [r["score"] for r in rows if r.get("score") is not None]
+    best = max(scores, default=float("nan"))
+    out = {"wall_s": result.wall_s, "command": result.command, "rows": [
+        {k: r.get(k) for k in ("mode", "parallel", "status", "score", "reason")} for r in rows],
+        "best": best, "ratio_to_spica": best / spica_best, "ratio_to_optimum": best / optimum}
+    print(f"[peer] {out}", flush=True)
+    return out
+
+
+def median_range(values: Sequence[float]) -> str:
+    return f"{statistics.median(values):.3f} ({min(values):.3f}–{max(values):.3f})"
+
+
+def write_docs(results: dict[str, Any]) -> None:
+    lines = [f"_Measured {results['date']} on {results['machine']}; {results['versions']}. Command: "
+             f"`{results['command']}` ({results['bench_wall_s'] / 60:.0f} min)._", ""]
+    for name, r in results["spaces"].items():
+        t = r["thorough"]
+        lines += [f"### {name}: {r['candidates']} candidates, optimum {t['optimum']:.1f} "
+                  f"(thorough {t['wall_s']:.0f} s, mean replay {t['mean_replay_s']:.2f} s)", "",
+                  "| algorithm | budget | best ÷ optimum, median (range) | unique ÷ suggestions | optimizer s, median |",
+                  "|---|---|---|---|---|"]
+        for algorithm, by_budget in r["quality"].items():
+            for budget, rows in by_budget.items():
+                lines.append(f"| {algorithm} | {budget} | {median_range([x['best_ratio'] for x in rows])} | "
+                             f"{min(x['unique_ratio'] for x in rows):.2f} | "
+                             f"{statistics.median(x['optimizer_s'] for x in rows):.1f} |")
+        d64 = [x["best_ratio"] for x in r["quality"]["DEFAULT"][str(max(map(int, r["quality"]["DEFAULT"])))]]
+        r64 = [x["best_ratio"] for x in r["quality"]["RANDOM_SEARCH"][str(max(map(int, r["quality"]["DEFAULT"])))]]
+        s = r["live_default"]
+        lines += ["", f"DEFAULT beats random search at the largest budget in {sum(a > b for a, b in zip(d64, r64))} "
+                  f"of {len(d64)} seeds (ties: {sum(a == b for a, b in zip(d64, r64))}).", "",
+                  f"Live DEFAULT sweep, {s['evaluations']} evaluations, real replays, {WORKERS} workers: wall "
+                  f"{s['wall_s']:.1f} s = replay {s['replay_wall_s']:.1f} s (Σ {s['replay_s']:.1f} s ÷ {WORKERS}) + "
+                  f"optimizer {s['optimizer_s']:.1f} s + orchestration {s['orchestration_s']:.1f} s; time outside "
+                  f"replays ÷ wall = **{s['outside_replay_ratio']:.2f}**; unique ÷ suggestions "
+                  f"{s['unique_ratio']:.2f}.", ""]
+    if "small" in results:
+        s = results["small"]
+        lines += [f"**45-candidate space** (Qwen3-32B agg, 8 × h200_sxm): default sweep of "
+                  f"{s['default_evaluations']} evaluations {s['default_wall_s']:.1f} s vs thorough "
+                  f"{s['thorough_wall_s']:.1f} s: ratio **{s['wall_ratio']:.2f}**; its best ÷ optimum "
+                  f"{s['best_ratio']:.3f}.", ""]
+    if "rss" in results:
+        r = results["rss"]
+        lines += [f"**RSS** over {r['suggestions']} GP-UCB-PE suggestions with caches kept: "
+                  f"{r['rss_mb'][1]:.0f} → {r['rss_mb'][-1]:.0f} MB (**{r['growth_after_second_ask']:+.1%}**).", ""]
+    if "quickstart" in results:
+        q = results["quickstart"]
+        lines += [f"**Quick start** (`spica sweep examples/quickstart.yaml`, empty compile cache): "
+                  f"**{q['wall_s']:.0f} s** wall.", ""]
+    if "peer" in results:
+        p = results["peer"]
+        rows = "; ".join(f"{r['mode']} {r['parallel']}: {r['score'] if r['score'] is None else round(r['score'], 1)}"
+                         for r in p["rows"])
+        lines += [f"**Peer** (`aiconfigurator cli default`, {p['wall_s']:.0f} s) on the dense space: its picks "
+                  f"replayed on the trace: {rows}. Best ÷ Spica's best **{p['ratio_to_spica']:.3f}**, ÷ thorough "
+                  f"optimum {p['ratio_to_optimum']:.3f}.", ""]
+    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
+    begin, end = "<!-- bench_search:begin -->", "<!-- bench_search:end -->"
+    block = f"{begin}\n" + "\n".join(lines) + f"\n{end}"
+    if begin in text:
+        text = text[:text.index(begin)] + block + text[text.index(end) + len(end):]
+    else:
+        text = text.rstrip() + "\n\n## Search (`bench/bench_search.py`)\n\n" + block + "\n"
+    DOCS.write_text(text)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="1 seed, budgets 16/32, no peer, no RSS")
+    args = ap.parse_args()
+    started = time.perf_counter()
+    seeds = [0] if args.quick else [0, 1, 2, 3, 4]
+    budgets = [16, 32] if args.quick else [16, 32, 64]
+    TRACES.mkdir(parents=True, exist_ok=True)
+    trace = make_trace("shared_prefix_3000", 3000)
+    from importlib.metadata import version
+
+    results: dict[str, Any] = {
+        "date": date.today().isoformat(), "command": "python bench/bench_search.py" + (" --quick" if args.quick else ""),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
+                   f"{psutil.virtual_memory().total / 2**30:.0f} GB, Python {platform.python_version()}",
+        "versions": ", ".join(f"{p} {version(p)}" for p in ("ai-dynamo-runtime", "aiconfigurator-core",
+                                                             "google-vizier", "jax", "prefect")),
+        "spaces": {}}
+    recorded: dict[str, dict[str, Outcome]] = {}
+    with EvalPool(WORKERS, max_eval_seconds=300) as pool:
+        for name, space in SPACES.items():
+            results["spaces"][name], recorded[name] = bench_space(name, space, trace, seeds, budgets, pool)
+        results["small"] = bench_small(make_trace("shared_prefix_400", 400), pool)
+    if not args.quick:
+        dense = results["spaces"]["dense"]
+        results["rss"] = bench_rss(SPACES["dense"], trace, recorded["dense"], 200)
+        live_best = max(dense["live_default"]["best"], 0.0)
+        try:
+            results["peer"] = bench_peer(trace, live_best, dense["thorough"]["optimum"])
+        except Exception as exc:  # noqa: BLE001 - the peer is reported, never fatal to the benchmark
+            results["peer"] = {"error": f"{type(exc).__name__}: {exc}"}
+            print(f"[peer] failed: {exc}", flush=True)
+    results["quickstart"] = bench_quickstart()
+    results["bench_wall_s"] = time.perf_counter() - started
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2, default=str))
+    if "error" in results.get("peer", {}):
+        results.pop("peer")
+    write_docs(results)
+    print(f"wrote {RESULTS.relative_to(ROOT)} and {DOCS.relative_to(ROOT)} in {results['bench_wall_s'] / 60:.1f} min")
+
+
+if __name__ == "__main__":
+    main()
