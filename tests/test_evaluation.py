@@ -94,7 +94,7 @@ def test_pool_deadline_makes_a_slow_candidate_infeasible_and_carries_on() -> Non
         assert fast.status == "feasible"
         assert pool.restarts == 1
         pool.max_eval_seconds = 120
-        again = pool.evaluate_batch([request(FAST)] * 3)  # a wave of 2, then 1, on a replaced worker
+        again = pool.evaluate_batch([request(FAST)] * 3)  # three from one queue, one worker replaced
         assert [o.status for o in again] == ["feasible"] * 3
         assert modelled(again[0].report) == modelled(fast.report)
     # isolation changes nothing: a worker process replays exactly what this process does

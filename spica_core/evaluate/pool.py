@@ -1,7 +1,7 @@
 """Where evaluations run: isolated worker processes with a hard deadline, or this process (§6.4).
 
 The replay is not fork-safe and runs native code that can crash or run long, so sweeps evaluate in
-spawned worker processes (:class:`EvalPool`) with a hard per-wave deadline; a stuck or crashed
+spawned worker processes (:class:`EvalPool`) with a hard per-candidate deadline; a stuck or crashed
 worker is terminated and replaced, and the caller carries on.
 """
 from __future__ import annotations
@@ -84,10 +84,10 @@ class _Worker:
 
 
 class EvalPool:
-    """Spawned worker processes evaluating batches in waves with a hard per-wave deadline.
+    """Spawned worker processes evaluating a batch from one queue, with a hard per-candidate deadline.
 
-    A wave submits at most ``workers`` requests, so queued work never eats a candidate's time. At
-    the deadline (wave start + ``max_eval_seconds``) an unfinished candidate is infeasible ("exceed
+    A request is sent only to an idle worker, so queued work never eats a candidate's time. At its
+    deadline (its start + ``max_eval_seconds``) an unfinished candidate is infeasible ("exceed
     runtime"), and its worker is terminated and replaced; a worker that dies (a native crash) makes
     its candidate failed. Use as a context manager, under ``if __name__ == "__main__":`` in scripts.
     """
@@ -136,53 +136,63 @@ class EvalPool:
         self.restarts += 1
 
     def evaluate_batch(self, requests: Sequence[EvalRequest]) -> list[Outcome]:
-        """Outcomes in request order."""
+        """Outcomes in request order. Each idle worker takes the next request, so one slow candidate
+        never holds the others back; each candidate's deadline counts from its own start."""
         if not self._pool:
             self.start()
-        out: list[Outcome] = []
-        for i in range(0, len(requests), self.workers):
-            out.extend(self._wave(requests[i:i + self.workers]))
-        return out
-
-    def _wave(self, wave: Sequence[EvalRequest]) -> list[Outcome]:
-        for w in self._pool:
-            if not w.wait_ready(self.START_TIMEOUT_S):
-                raise SpicaError("an evaluation worker process failed to start")
         results: dict[int, Outcome] = {}
-        start = time.perf_counter()
-        pending: dict[Connection, int] = {}
-        for i, req in enumerate(wave):
-            w = self._pool[i]
-            try:
-                w.conn.send((time.perf_counter(), req))
-                pending[w.conn] = i
-            except (OSError, BrokenPipeError) as exc:
-                results[i] = Outcome(Status.failed, req.candidate, f"worker unavailable: {exc}", eval_id=req.eval_id)
-        deadline = None if self.max_eval_seconds is None else start + float(self.max_eval_seconds)
-        while pending:
-            timeout = None if deadline is None else max(0.0, deadline - time.perf_counter())
-            ready = wait(list(pending), timeout=timeout)
-            if not ready:
-                break
-            for conn in ready:
-                i = pending.pop(conn)  # type: ignore[arg-type]
+        queue = list(range(len(requests)))
+        running: dict[int, tuple[int, float]] = {}        # worker slot → (request index, start)
+        while queue or running:
+            for slot in range(len(self._pool)):
+                if slot in running or not queue:
+                    continue
+                if not self._pool[slot].wait_ready(self.START_TIMEOUT_S):  # a replaced worker warms up first
+                    raise SpicaError("an evaluation worker process failed to start")
+                i = queue.pop(0)
                 try:
-                    outcome = conn.recv()  # type: ignore[union-attr]
-                    outcome.timings["wall_s"] = time.perf_counter() - start
-                    results[i] = outcome
-                except (EOFError, OSError):
-                    code = self._pool[i].proc.exitcode
-                    self._pool[i].proc.join(1.0)
-                    code = self._pool[i].proc.exitcode if code is None else code
-                    results[i] = Outcome(Status.failed, wave[i].candidate,
-                                         f"worker crashed (exit code {code}) while evaluating", eval_id=wave[i].eval_id)
-                    self._replace(i)
-        for conn, i in pending.items():
-            results[i] = Outcome(Status.infeasible, wave[i].candidate,
-                                 f"exceed runtime: replay > {self.max_eval_seconds:g}s",
-                                 timings={"wall_s": time.perf_counter() - start}, eval_id=wave[i].eval_id)
-            self._replace(i)
-        return [results[i] for i in range(len(wave))]
+                    self._pool[slot].conn.send((time.perf_counter(), requests[i]))
+                    running[slot] = (i, time.perf_counter())
+                except (OSError, BrokenPipeError) as exc:
+                    results[i] = Outcome(Status.failed, requests[i].candidate, f"worker unavailable: {exc}",
+                                         eval_id=requests[i].eval_id)
+                    self._replace(slot)
+            if not running:
+                continue
+            timeout = None
+            if self.max_eval_seconds is not None:
+                first_deadline = min(start for _, start in running.values()) + float(self.max_eval_seconds)
+                timeout = max(0.0, first_deadline - time.perf_counter())
+            ready = wait([self._pool[slot].conn for slot in running], timeout=timeout)
+            by_conn = {self._pool[slot].conn: slot for slot in running}
+            for conn in ready:
+                slot = by_conn[conn]  # type: ignore[index]
+                i, start = running.pop(slot)
+                results[i] = self._receive(slot, requests[i], start)
+            if self.max_eval_seconds is not None:
+                now = time.perf_counter()
+                for slot, (i, start) in list(running.items()):
+                    if now - start >= float(self.max_eval_seconds):
+                        del running[slot]
+                        results[i] = Outcome(Status.infeasible, requests[i].candidate,
+                                             f"exceed runtime: replay > {self.max_eval_seconds:g}s",
+                                             timings={"wall_s": now - start}, eval_id=requests[i].eval_id)
+                        self._replace(slot)
+        return [results[i] for i in range(len(requests))]
+
+    def _receive(self, slot: int, request: EvalRequest, start: float) -> Outcome:
+        """The outcome a worker sends back, or ``failed`` when it died (a native crash) on the way."""
+        worker = self._pool[slot]
+        try:
+            outcome: Outcome = worker.conn.recv()
+            outcome.timings["wall_s"] = time.perf_counter() - start
+            return outcome
+        except (EOFError, OSError):
+            worker.proc.join(1.0)
+            code = worker.proc.exitcode
+            self._replace(slot)
+            return Outcome(Status.failed, request.candidate, f"worker crashed (exit code {code}) while evaluating",
+                           eval_id=request.eval_id)
 
 
 class SequentialEvaluator:
