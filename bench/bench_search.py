@@ -267,9 +267,10 @@ def bench_rss(space: dict[str, Any], trace: Path, outcomes: dict[str, Outcome], 
 
 
 def bench_quickstart() -> dict[str, Any]:
-    """The README's sweep, as a user runs it after setup, with an empty compile cache and run folder."""
+    """The README's sweep, as a user runs it after setup: empty compile and profile caches and run folder."""
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "SPICA_JAX_CACHE_DIR": f"{tmp}/jax", "PREFECT_HOME": f"{tmp}/prefect",
+        env = {**os.environ, "SPICA_JAX_CACHE_DIR": f"{tmp}/jax", "SPICA_CACHE_DIR": f"{tmp}/profiles",
+               "PREFECT_HOME": f"{tmp}/prefect",
                "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"}
         started = time.perf_counter()
         proc = subprocess.run([str(ROOT / ".venv" / "bin" / "spica"), "sweep", "examples/quickstart.yaml",
@@ -339,7 +340,7 @@ def write_docs(results: dict[str, Any]) -> None:
                   f"{r['rss_mb'][1]:.0f} → {r['rss_mb'][-1]:.0f} MB (**{r['growth_after_second_ask']:+.1%}**).", ""]
     if "quickstart" in results:
         q = results["quickstart"]
-        lines += [f"**Quick start** (`spica sweep examples/quickstart.yaml`, empty compile cache): "
+        lines += [f"**Quick start** (`spica sweep examples/quickstart.yaml`, empty compile and profile caches): "
                   f"**{q['wall_s']:.0f} s** wall.", ""]
     if "peer" in results:
         p = results["peer"]

@@ -58,6 +58,8 @@ def render_summary(summary: SweepSummary) -> str:
                  f"{tally.failed} failed, {tally.unsupported} unsupported, {tally.cache_hits} cache hits")
     for reason, n in tally.top_reasons():
         lines.append(f"  {n} × {reason}")
+    lines.append(f"search time: optimizer {tally.optimizer_seconds:.1f} s, replays {tally.replay_seconds:.1f} s "
+                 "(summed over the workers)")
     if summary.load_predictor_winners:
         winners = ", ".join(f"{interval} s → {w if isinstance(w, str) else json.dumps(w)}"
                             for interval, w in sorted(summary.load_predictor_winners.items()))

@@ -375,3 +375,16 @@ def test_an_interrupted_round_resumes_without_repeating_finished_evaluations(tmp
     clocks = ("eval_seconds", "replay_seconds", "suggest_seconds")
     timeless = [{k: v for k, v in r.items() if k not in clocks} for r in RunDir(tmp_path / "b").rows("trials")]
     assert timeless == [{k: v for k, v in r.items() if k not in clocks} for r in RunDir(tmp_path / "a").rows("trials")]
+
+
+def test_tally_sums_replays_and_counts_each_asks_optimizer_time_once() -> None:
+    space = VizierSuggester(branch_of(make({"agg_max_num_seqs": [256, 512]})), [("objective", "max")], pareto=False,
+                            algorithm="DEFAULT", seed=0, budget=4).space
+    p = space.proposal(0)
+
+    def trial(ask: int, replay: float, hit: bool = False) -> Trial:
+        return Trial("agg", 0, 0, Status.feasible, p.parallel, p.raw, p.selection, ask=ask, cache_hit=hit,
+                     replay_seconds=replay, suggest_seconds=1.5 if ask == 0 else 0.25)
+
+    tally = Tally.of([trial(0, 0.5), trial(0, 0.25), trial(1, 1.0), trial(1, 1.0, hit=True)])
+    assert (tally.optimizer_seconds, tally.replay_seconds) == (1.75, 1.75)

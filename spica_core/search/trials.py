@@ -122,10 +122,15 @@ class Tally:
     unsupported: int = 0
     cache_hits: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
+    replay_seconds: float = 0.0       # summed over the replays (they run in parallel workers)
+    optimizer_seconds: float = 0.0    # summed over the asks
 
     @classmethod
     def of(cls, trials: Sequence[Trial]) -> Tally:
         t = cls(attempts=len(trials))
+        asks = {(trial.mode, trial.round, trial.ask): trial.suggest_seconds or 0.0 for trial in trials}
+        t.optimizer_seconds = sum(asks.values())
+        t.replay_seconds = sum(trial.replay_seconds or 0.0 for trial in trials if not trial.cache_hit)
         for trial in trials:
             if trial.cache_hit:
                 t.cache_hits += 1
