@@ -35,7 +35,7 @@ def stored_trials(rd: RunDir, context: SearchContext) -> list[Trial]:
 @task(name="search round", task_run_name="{branch.mode} round {round_no}", cache_policy=NO_CACHE)
 def round_task(run: ValidatedRun, branch: Branch, round_no: int, context: SearchContext, evaluator: Evaluator,
                cache: EvalCache, on_result: Callable[[Trial], None] | None = None) -> RoundResult:
-    """Suggest → project → evaluate (parallel) → observe; each ask's trials are appended to trials.parquet
+    """Pick untried candidates → evaluate (parallel) → observe; each ask's trials are appended to trials.parquet
     as soon as they are evaluated, so an interrupted round resumes without repeating evaluations."""
     rd = run.run_dir
     inputs = trials_fingerprint(context)

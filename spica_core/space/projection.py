@@ -1,16 +1,17 @@
-"""Structured parallel features and projection onto the valid pool — reference §7.4.
+"""Structured parallel features of a branch's configs — the model's inputs of reference §7.4.
 
 The optimizer never sees a config index. It sees a few latent features (GPU share of the
-budget, engine sizes, attention / FFN modes) whose ranges come from the branch's pool, and every
-suggestion is projected onto the nearest config the selected backend can run: modes first, then
-normalised numeric distance, then a fixed tie-break, so the result never depends on history.
+budget, engine sizes, attention / FFN modes) whose ranges come from the branch's pool, so the
+kernel sees TP4 as near TP2. Suggestions are legal configs picked by number
+(``spica_core/search/candidates.py``); each trial still records its features as a
+:class:`ProjectionRecord` (requested = actual, distance 0).
 """
 from __future__ import annotations
 
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 from spica_core.space.branches import Branch
 from spica_core.space.params import Param
@@ -76,10 +77,6 @@ def geometric_centre(values: Sequence[float]) -> float:
     return min(vals, key=lambda v: (round(abs(math.log2(v) - target), _DISTANCE_DIGITS), v))
 
 
-def _transform(name: str, value: float) -> float:
-    return math.log2(value) if is_engine_size(name) else float(value)
-
-
 @dataclass(frozen=True)
 class Feature:
     """One latent feature of a branch: its values or range, and its default."""
@@ -134,11 +131,6 @@ def latent_params(branch: Branch) -> list[Param]:
     return [f.param() for f in branch_features(branch) if not f.single_valued]
 
 
-def latent_defaults(branch: Branch) -> dict[str, Any]:
-    """Default of every feature; omitted (single-valued) features are requested at their default."""
-    return {f.name: f.default for f in branch_features(branch)}
-
-
 @dataclass(frozen=True)
 class ProjectionRecord:
     """What one projection did: recorded on the trial as ``spica_projection``."""
@@ -148,7 +140,6 @@ class ProjectionRecord:
     distance: float
     mode_projected: bool
     config: ParallelConfig
-    bypassed: bool = False   # one-config pool: no projection happened
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -170,56 +161,7 @@ class ProjectionRecord:
                    bool(d["mode_projected"]), ParallelConfig.from_dict(mode, d["actual_parallel_config"]))
 
 
-def project(branch: Branch, backend: str, requested: Mapping[str, Any]) -> ProjectionRecord:
-    """Map a latent request onto the config of ``backend``'s pool it is closest to (§7.4 steps 1–4).
-
-    Missing features are requested at their defaults. Deterministic: the same request always
-    gives the same config.
-    """
-    if backend not in branch.backends:
-        raise ValueError(f"backend {backend!r} is not viable in the {branch.mode} branch {list(branch.backends)}")
-    with_ffn = has_moe_shape(branch.pool)
-    if len(branch.pool) == 1:  # strict pin: bypass
-        only = branch.pool[0]
-        return ProjectionRecord(dict(requested), config_features(only, branch.gpu_budget, with_ffn), 0.0, False,
-                                only, bypassed=True)
-    full = {**latent_defaults(branch), **dict(requested)}
-    numeric = numeric_features(branch.mode)
-    categorical = categorical_features(branch.mode, with_ffn)
-    unknown = [k for k in requested if k not in numeric and k not in categorical]
-    if unknown:
-        raise ValueError(f"unknown latent feature(s) {unknown}; expected {list(numeric + categorical)}")
-
-    candidates = branch.configs_for(backend)                                    # step 1
-    feats = {c: config_features(c, branch.gpu_budget, with_ffn) for c in candidates}
-    mismatches = {c: sum(feats[c][n] != full[n] for n in categorical) for c in candidates}
-    best_mismatch = min(mismatches.values())                                     # step 2
-    survivors = [c for c in candidates if mismatches[c] == best_mismatch]
-    spans: dict[str, float] = {}
-    for name in numeric:                                                         # step 3: span over the backend
-        ts = [_transform(name, feats[c][name]) for c in candidates]
-        spans[name] = max(ts) - min(ts)
-
-    def distance(c: ParallelConfig) -> float:
-        total = 0.0
-        for name in numeric:
-            if spans[name] > 0:
-                delta = _transform(name, feats[c][name]) - _transform(name, float(full[name]))
-                total += (delta / spans[name]) ** 2
-        return total
-
-    scored = [(round(distance(c), _DISTANCE_DIGITS), c.sort_key(), c) for c in survivors]
-    dist, _, chosen = min(scored, key=lambda t: (t[0], t[1]))                    # step 4
-    return ProjectionRecord(full, feats[chosen], float(dist), best_mismatch > 0, chosen)
-
-
-def study_params(branch: Branch) -> list[Param]:
-    """Latent parallel dimensions, then knob dimensions (§7.3); the study adds its constant guard if empty."""
-    return latent_params(branch) + branch.knob_params()
-
-
 __all__ = [
-    "Feature", "ProjectionRecord", "branch_features", "latent_params", "latent_defaults", "project",
-    "config_features", "geometric_centre", "has_moe_shape", "study_params", "numeric_features",
-    "categorical_features",
+    "Feature", "ProjectionRecord", "branch_features", "latent_params", "config_features", "geometric_centre",
+    "has_moe_shape", "numeric_features", "categorical_features",
 ]
