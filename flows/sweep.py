@@ -4,19 +4,27 @@ from __future__ import annotations
 from prefect import flow
 
 from spica_core.evaluate import make_evaluator
+from spica_core.run import lock
 from spica_core.search import EvalCache, SearchContext, SweepSummary, Tally, round_plan
 from tasks.load_predictor import load_predictor_task
 from tasks.progress import SweepProgress
 from tasks.search import rank_task, round_task, stored_trials
 from tasks.space import enumerate_branches_task, kv_filter_task
-from tasks.validate import validate_config
+from tasks.validate import ValidatedRun, validate_config
 
 
 @flow(name="spica-sweep", log_prints=True)
 def sweep(config_path: str, runs_root: str = "runs", run_dir: str | None = None, seed: int | None = None,
           show_progress: bool = False) -> SweepSummary:
     """validate → enumerate branches → KV filter, load-predictor sub-sweep → search rounds → rank / Pareto."""
-    run = validate_config(config_path, runs_root, run_dir, seed)
+    run = validate_config(config_path, runs_root, run_dir, seed)  # locks the run folder
+    try:
+        return _search_and_rank(run, show_progress)
+    finally:
+        lock.release(run.run_dir.path)
+
+
+def _search_and_rank(run: ValidatedRun, show_progress: bool) -> SweepSummary:
     config = run.search_config
     branch_set = kv_filter_task(enumerate_branches_task(config, run.run_dir), run.run_dir)
     predictor = load_predictor_task(run)

@@ -4,8 +4,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from spica_core.config.model import SmartSearchConfig
 from spica_core.evaluate import Candidate
+from spica_core.run import lock
+from spica_core.run.identity import locate
 from spica_core.search import SweepSummary
 
 TOP = 10
@@ -73,7 +74,9 @@ def render_summary(summary: SweepSummary) -> str:
 
 
 def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: int | None = None) -> int:
-    SmartSearchConfig.from_yaml(config_path)  # fail fast, before Prefect starts its server
+    # Fail fast, before Prefect starts its server: a bad config, a --run-dir that is a file, or a run
+    # folder another sweep holds (this process keeps the lock; the flow takes it over).
+    lock.acquire(locate(config_path, runs_root, run_dir, seed).folder)
     from flows.sweep import sweep
 
     summary = sweep(config_path=config_path, runs_root=runs_root, run_dir=run_dir, seed=seed, show_progress=True)

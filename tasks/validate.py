@@ -11,7 +11,8 @@ from spica_core.errors import RunDirError
 from spica_core.run.catalog import CATALOG, RunDir
 from spica_core.config.model import SmartSearchConfig
 from spica_core.config.policies import PolicyFilter, filter_for_goal, with_policies
-from spica_core.run.identity import RunIdentity, config_rows, identify
+from spica_core.run import lock
+from spica_core.run.identity import RunIdentity, config_rows, locate
 
 
 @dataclass(frozen=True)
@@ -31,17 +32,13 @@ def validate_config(config_path: str, runs_root: str | None = None, run_dir: str
                     seed: int | None = None) -> ValidatedRun:
     """``seed`` overrides ``sweep.seed`` (part of the run identity: another seed is another run).
 
-    The YAML is always parsed (the run id is its fingerprint); a fresh ``config.parquet`` already
+    The run folder is locked for this process first, so a second sweep on it stops at once. The YAML is always parsed (the run id is its fingerprint); a fresh ``config.parquet`` already
     holds exactly this run, so it is left as it is.
     """
-    path = Path(config_path)
-    config = SmartSearchConfig.from_yaml(path)
-    if seed is not None:
-        config = SmartSearchConfig.model_validate({**config.normalised(),
-                                                   "sweep": {**config.normalised()["sweep"], "seed": seed}})
-    trace = config.trace_file(path.parent)
-    identity = identify(config, trace)
-    rd = RunDir(run_dir) if run_dir else RunDir.for_run(identity.run_id, runs_root)
+    located = locate(config_path, runs_root, run_dir, seed)
+    config, trace, identity = located.config, located.trace_file, located.identity
+    lock.acquire(located.folder)  # one sweep per folder; released when the flow ends (or the process dies)
+    rd = RunDir(located.folder)
     held = rd.rows("config")[0]["run_id"] if rd.has("config") else identity.run_id
     if held != identity.run_id:
         raise RunDirError(f"{rd.path} holds a different run ({held}); choose another --run-dir")

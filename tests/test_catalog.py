@@ -17,6 +17,7 @@ from spica_core.config.model import SmartSearchConfig
 from spica_core.errors import NoViableParallelConfigError, RunDirError
 from spica_core.evaluate.traces import write_sine_trace
 from spica_core.predictors import LoadPredictorResult
+from spica_core.run import lock
 from spica_core.run.catalog import CATALOG, FINGERPRINT_KEY, RunDir
 from spica_core.run.identity import config_rows, identify
 from spica_core.space.branches import (
@@ -256,7 +257,8 @@ def run_stages(config_path: Path, run_dir: Path) -> tuple[Any, LegalSpace, Any, 
 
 
 def stamps(run_dir: Path) -> dict[str, int]:
-    return {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()}
+    """Modification times of the artifacts (the lock file is rewritten by every sweep: it names the holder)."""
+    return {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir() if p.name != lock.LOCK_FILE}
 
 
 def test_rerun_reads_every_stage_back(config_file: Path, tmp_path: Path, calls: Calls) -> None:

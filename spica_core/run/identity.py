@@ -59,3 +59,32 @@ def config_rows(config: SmartSearchConfig, identity: RunIdentity, trace_file: Pa
 
 def config_from_row(row: dict[str, Any]) -> SmartSearchConfig:
     return SmartSearchConfig.model_validate(json.loads(row["config_json"]))
+
+
+@dataclass(frozen=True)
+class LocatedRun:
+    """A config file resolved to its run: the config (with a ``--seed`` override), trace, identity, folder."""
+
+    config: SmartSearchConfig
+    trace_file: Path | None
+    identity: RunIdentity
+    folder: Path
+
+
+def locate(config_path: str | Path, runs_root: str | Path | None = None, run_dir: str | Path | None = None,
+           seed: int | None = None) -> LocatedRun:
+    """``seed`` overrides ``sweep.seed`` (part of the run identity: another seed is another run)."""
+    from spica_core.run.catalog import DEFAULT_RUNS_ROOT
+    from spica_core.run.lock import check_folder
+
+    path = Path(config_path)
+    config = SmartSearchConfig.from_yaml(path)
+    if seed is not None:
+        normalised = config.normalised()
+        config = SmartSearchConfig.model_validate({**normalised, "sweep": {**normalised["sweep"], "seed": seed}})
+    trace = config.trace_file(path.parent)
+    identity = identify(config, trace)
+    if run_dir:
+        check_folder(Path(run_dir))
+    folder = Path(run_dir) if run_dir else Path(runs_root or DEFAULT_RUNS_ROOT) / identity.run_id
+    return LocatedRun(config, trace, identity, folder)
