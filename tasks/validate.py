@@ -39,7 +39,7 @@ def validate_config(config_path: str, runs_root: str | None = None, run_dir: str
     config, trace, identity = located.config, located.trace_file, located.identity
     lock.acquire(located.folder)  # one sweep per folder; released when the flow ends (or the process dies)
     rd = RunDir(located.folder)
-    held = rd.rows("config")[0]["run_id"] if rd.has("config") else identity.run_id
+    held = rd.rows("config")[0]["run_id"] if rd.readable("config") else identity.run_id
     if held != identity.run_id:
         raise RunDirError(f"{rd.path} holds a different run ({held}); choose another --run-dir")
     policies = filter_for_goal(config)

@@ -261,6 +261,19 @@ def stamps(run_dir: Path) -> dict[str, int]:
     return {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir() if p.name != lock.LOCK_FILE}
 
 
+def test_a_truncated_artifact_is_moved_aside_and_recomputed_never_a_traceback(config_file: Path,
+                                                                             tmp_path: Path) -> None:
+    run = validate_config.fn(str(config_file), run_dir=str(tmp_path))
+    good = run.run_dir.rows("config")
+    path = run.run_dir.artifact("config")
+    path.write_bytes(path.read_bytes()[:10])  # a crash of some other tool, a full disk
+    with pytest.raises(RunDirError, match="config.parquet cannot be read .*move it away"):
+        run.run_dir.rows("config")
+    again = validate_config.fn(str(config_file), run_dir=str(tmp_path))
+    assert again.run_dir.rows("config") == good
+    assert len((tmp_path / "config.parquet.unreadable").read_bytes()) == 10  # kept aside, not deleted
+
+
 def test_rerun_reads_every_stage_back(config_file: Path, tmp_path: Path, calls: Calls) -> None:
     _, space, branch_set, predictor = run_stages(config_file, tmp_path)
     assert calls.counts == {"legal_space": 1, "estimate_shapes": 1, "shape_kv": 8, "sweep_load_predictor": 1}

@@ -10,6 +10,7 @@ so a crash never leaves a half-written artifact that a resumed run would trust.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,8 @@ import pyarrow.parquet as pq
 
 from spica_core.errors import RunDirError
 from spica_core.run.fingerprint import fingerprint
+
+log = logging.getLogger(__name__)
 
 DEFAULT_RUNS_ROOT: Final = Path("runs")
 
@@ -151,11 +154,29 @@ class RunDir:
     def has(self, stage: str) -> bool:
         return self.artifact(stage).is_file()
 
+    def readable(self, stage: str) -> bool:
+        """Present and a Parquet file. An unreadable one (truncated, foreign) is moved aside to
+        ``<file>.unreadable``, never deleted, and the stage is recomputed."""
+        return self._schema(stage) is not None
+
+    def _schema(self, stage: str) -> pa.Schema | None:
+        path = self.artifact(stage)
+        if not path.is_file():
+            return None
+        try:
+            return pq.read_schema(path)
+        except (pa.ArrowException, OSError) as exc:
+            aside = path.with_name(path.name + ".unreadable")
+            os.replace(path, aside)
+            log.warning("%s is not a readable Parquet file (%s); moved it to %s and computing the stage again",
+                        path, exc, aside.name)
+            return None
+
     def fresh(self, stage: str, inputs_fingerprint: str) -> bool:
         """Present, computed from these inputs and with the declared columns: read it instead of recomputing."""
-        if not self.has(stage):
+        schema = self._schema(stage)
+        if schema is None:
             return False
-        schema = pq.read_schema(self.artifact(stage))
         stored = (schema.metadata or {}).get(FINGERPRINT_KEY)
         return stored == inputs_fingerprint.encode() and schema.equals(CATALOG[stage].schema)
 
@@ -177,15 +198,19 @@ class RunDir:
         caller decides (``fresh`` first, ``write`` to start over).
         """
         old: list[dict[str, Any]] = []
-        if self.has(stage):
-            if not self.fresh(stage, inputs_fingerprint):
-                raise RunDirError(f"{self.artifact(stage)} was computed from other inputs; "
-                                  f"rows for these inputs cannot be appended to it")
+        if self.fresh(stage, inputs_fingerprint):
             old = self.rows(stage)
+        elif self.has(stage):
+            raise RunDirError(f"{self.artifact(stage)} was computed from other inputs; "
+                              f"rows for these inputs cannot be appended to it")
         return self.write(stage, [*old, *rows], inputs_fingerprint)
 
     def read(self, stage: str) -> pa.Table:
-        return pq.read_table(self.artifact(stage))
+        try:
+            return pq.read_table(self.artifact(stage))
+        except (pa.ArrowException, OSError) as exc:
+            raise RunDirError(f"{self.artifact(stage)} cannot be read ({exc}); move it away to compute the stage "
+                              "again, or choose another --run-dir") from None
 
     def rows(self, stage: str) -> list[dict[str, Any]]:
         return self.read(stage).to_pylist()
