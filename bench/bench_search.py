@@ -52,7 +52,7 @@ import psutil  # noqa: E402
 from spica_core.config.model import SmartSearchConfig  # noqa: E402
 from spica_core.evaluate import EvalPool, EvalRequest, Outcome  # noqa: E402
 from spica_core.evaluate.traces import write_poisson_trace  # noqa: E402
-from spica_core.search import EvalCache, SearchContext, Trial, round_plan, run_round  # noqa: E402
+from spica_core.search import EvalCache, SearchContext, Tally, Trial, round_plan, run_round  # noqa: E402
 from spica_core.space.branches import Branch, enumerate_branches  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "search.json"
@@ -117,14 +117,12 @@ class Recorded:
 
     def __init__(self, outcomes: dict[str, Outcome]):
         self.outcomes = outcomes
-        self.misses = 0
 
     def evaluate_batch(self, requests: Sequence[EvalRequest]) -> list[Outcome]:
         out = []
         for request in requests:
             outcome = self.outcomes.get(sample_key(request))
             if outcome is None:
-                self.misses += 1
                 raise KeyError(f"candidate not in the thorough record: {sample_key(request)[:200]}")
             out.append(outcome)
         return out
@@ -142,12 +140,11 @@ class SweepRun:
 
     @property
     def replay_s(self) -> float:
-        return sum(t.replay_seconds or 0.0 for t in self.trials if not t.cache_hit)
+        return Tally.of(self.trials).replay_seconds
 
     @property
     def suggest_s(self) -> float:
-        asks = {(t.mode, t.round, t.ask): t.suggest_seconds or 0.0 for t in self.trials}
-        return sum(asks.values())
+        return Tally.of(self.trials).optimizer_seconds
 
     @property
     def methods(self) -> dict[str, int]:
@@ -318,8 +315,9 @@ def write_docs(results: dict[str, Any]) -> None:
                 lines.append(f"| {algorithm} | {budget} | {median_range([x['best_ratio'] for x in rows])} | "
                              f"{min(x['unique_ratio'] for x in rows):.2f} | "
                              f"{statistics.median(x['optimizer_s'] for x in rows):.1f} |")
-        d64 = [x["best_ratio"] for x in r["quality"]["DEFAULT"][str(max(map(int, r["quality"]["DEFAULT"])))]]
-        r64 = [x["best_ratio"] for x in r["quality"]["RANDOM_SEARCH"][str(max(map(int, r["quality"]["DEFAULT"])))]]
+        top = str(max(map(int, r["quality"]["DEFAULT"])))
+        d64 = [x["best_ratio"] for x in r["quality"]["DEFAULT"][top]]
+        r64 = [x["best_ratio"] for x in r["quality"]["RANDOM_SEARCH"][top]]
         s = r["live_default"]
         lines += ["", f"DEFAULT beats random search at the largest budget in {sum(a > b for a, b in zip(d64, r64))} "
                   f"of {len(d64)} seeds (ties: {sum(a == b for a, b in zip(d64, r64))}).", "",

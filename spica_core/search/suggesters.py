@@ -63,7 +63,6 @@ class VizierSuggester:
                  seed: int, budget: int, workers: int = 1):
         self.space = CandidateSpace(branch)
         self.pareto = pareto
-        self.seed = seed
         self.budget = budget
         self.workers = workers
         self.study = Study(self.space.params, objectives=objectives, algorithm=algorithm, seed=seed)
@@ -107,7 +106,7 @@ class VizierSuggester:
         if self.space.size - len(seen) <= MAX_POOL:
             indices = list(self.space.unseen(seen))
             return indices, [self.space.raw(i) for i in indices]
-        rng = np.random.default_rng(derive_seed(self.seed, step))
+        rng = np.random.default_rng(derive_seed(self.study.seed, step))
         picked: dict[int, None] = {}
         while len(picked) < MAX_POOL:
             for i in rng.integers(0, self.space.size, size=2 * MAX_POOL):
