@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
+from spica_cli.exits import EXIT_NO_RESULT, EXIT_OK
 from spica_core.errors import SpicaError
 
-EXIT_OK, EXIT_NOT_FEASIBLE, EXIT_USAGE = 0, 1, 2
 
 HEADLINE_ROWS = (
     ("throughput", "output_throughput_tok_s", "tok/s"),
@@ -137,22 +136,18 @@ def render_json(outcome: Any, goal: Any) -> str:
 def evaluate_command(config_path: str, as_json: bool) -> int:
     """Evaluate the one candidate a pinned config describes; 0 feasible, 1 infeasible/failed, 2 user error."""
     os.environ.setdefault("DYN_LOG", "error")
-    from spica_core.config.model import SmartSearchConfig
     from spica_core.evaluate import EvalPool, evaluate_one
+    from spica_core.run.inputs import load_inputs
 
-    try:
-        config = SmartSearchConfig.from_yaml(config_path)
-        request = build_request(config, config_path)
-        if config.sweep.max_eval_seconds is not None and config.sweep.parallel_evals > 1:
-            with EvalPool(1, config.sweep.max_eval_seconds) as pool:
-                outcome = pool.evaluate_batch([request])[0]
-        else:
-            outcome = evaluate_one(request)
-    except SpicaError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    config = load_inputs(config_path).config
+    request = build_request(config, config_path)
+    if config.sweep.max_eval_seconds is not None and config.sweep.parallel_evals != 1:
+        with EvalPool(1, config.sweep.max_eval_seconds) as pool:
+            outcome = pool.evaluate_batch([request])[0]
+    else:
+        outcome = evaluate_one(request)
     print(render_json(outcome, config.goal) if as_json else render_text(outcome, config.goal))
-    return EXIT_OK if outcome.feasible else EXIT_NOT_FEASIBLE
+    return EXIT_OK if outcome.feasible else EXIT_NO_RESULT
 
 
 __all__ = ["evaluate_command", "unpinned_knobs", "build_request", "render_text", "render_json"]

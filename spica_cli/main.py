@@ -1,7 +1,7 @@
 """``spica`` command line: validate, schema, space, evaluate, sweep.
 
-User errors (bad config, missing files, nothing viable) print a clear message and exit 2,
-never a traceback.
+Every command keeps one exit-code contract (``exits.py``): 0 success, 2 bad input with a message naming
+the field or the file and line, 1 when it ran but found nothing feasible; never a traceback.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Callable, Sequence
 
-EXIT_OK, EXIT_NO_RESULT, EXIT_USAGE = 0, 1, 2
+from spica_cli.exits import EXIT_INTERRUPTED, EXIT_NO_RESULT, EXIT_OK, EXIT_USAGE
 
 
 def _quiet_environment() -> None:
@@ -32,11 +32,11 @@ def _fail(message: str) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from spica_core.config.model import SmartSearchConfig
     from spica_core.config.summary import describe
+    from spica_core.run.inputs import load_inputs
 
-    config = SmartSearchConfig.from_yaml(args.config)
-    print(describe(config))
+    inputs = load_inputs(args.config)
+    print(describe(inputs.config, inputs.trace))
     return EXIT_OK
 
 
@@ -103,20 +103,23 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     _quiet_environment()
     args = build_parser().parse_args(argv)
-    from spica_core.errors import SpicaError
+    from spica_core.errors import NoViableParallelConfigError, SpicaError
 
     try:
         return args.fn(args)
+    except NoViableParallelConfigError as exc:  # the inputs are valid; nothing in them can be deployed
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_NO_RESULT
     except SpicaError as exc:
         return _fail(str(exc))
-    except (FileNotFoundError, FileExistsError, IsADirectoryError, PermissionError) as exc:
+    except OSError as exc:  # a file the user named cannot be read or written
         return _fail(str(exc))
     except BrokenPipeError:  # output piped into e.g. `head`
         sys.stderr.close()
         return EXIT_OK
     except KeyboardInterrupt:
         print("interrupted; finished stages are kept in the run folder", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

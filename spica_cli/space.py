@@ -5,12 +5,11 @@ The JSON form is documented in docs/space.md (schema ``spica.space/1``).
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 from spica_core.space.branches import Branch, BranchSet, config_strategy, enumerate_branches
 from spica_core.config.model import SmartSearchConfig
-from spica_core.errors import SpicaError
+from spica_core.run.inputs import load_inputs
 from spica_core.space.kv import FILTER_MAX_BATCH_SIZE, FILTER_MAX_NUM_TOKENS, FILTER_MEMORY_FRACTION
 from spica_core.space.parallel import ParallelConfig, RoleConfig
 from spica_core.space.projection import latent_params
@@ -158,12 +157,7 @@ def compute_space(config: SmartSearchConfig) -> dict[str, Any]:
 
 def space_command(config_path: str, as_json: bool) -> int:
     """Load, compute and print; a user error prints one clear message and returns 2."""
-    try:
-        config = SmartSearchConfig.from_yaml(config_path)
-        doc = compute_space(config)
-    except SpicaError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    doc = compute_space(load_inputs(config_path).config)
     if as_json:
         print(json.dumps(doc, indent=2))
     else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from spica_cli.exits import EXIT_NO_RESULT, EXIT_OK
 from spica_core.evaluate import Candidate
 from spica_core.run import lock
 from spica_core.run.identity import locate
@@ -81,4 +82,4 @@ def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: i
 
     summary = sweep(config_path=config_path, runs_root=runs_root, run_dir=run_dir, seed=seed, show_progress=True)
     print(render_summary(summary))
-    return 0 if summary.ranking else 1
+    return EXIT_OK if summary.ranking else EXIT_NO_RESULT

@@ -1,8 +1,22 @@
 """Errors a user can act on. The CLI prints them without a traceback and exits 2."""
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass
 from typing import Any
+
+EXCERPT_CHARS = 80  # a message shows at most this much of an offending value
+
+_excerpt = reprlib.Repr()
+_excerpt.maxstring = _excerpt.maxother = _excerpt.maxlong = EXCERPT_CHARS
+_excerpt.maxlist = _excerpt.maxtuple = _excerpt.maxdict = _excerpt.maxset = 8
+_excerpt.maxlevel = 3
+
+
+def excerpt(value: Any) -> str:
+    """A short repr: a huge or deeply nested value is cut, never echoed whole."""
+    text = _excerpt.repr(value)
+    return text if len(text) <= 2 * EXCERPT_CHARS else text[:2 * EXCERPT_CHARS - 3] + "..."
 
 
 class SpicaError(Exception):
@@ -19,7 +33,7 @@ class Issue:
     has_value: bool = False
 
     def __str__(self) -> str:
-        shown = f" (got {self.value!r})" if self.has_value else ""
+        shown = f" (got {excerpt(self.value)})" if self.has_value else ""
         return f"{self.path or '<root>'}: {self.message}{shown}"
 
 
@@ -82,3 +96,7 @@ class GoodputContractError(SpicaError):
 
 class RunDirError(SpicaError):
     """The run folder cannot hold this run (another run's artifacts, or not a folder)."""
+
+
+class TraceError(SpicaError):
+    """The trace file breaks the mooncake format or the model's limits; names the file, line and field."""

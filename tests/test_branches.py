@@ -5,6 +5,7 @@ from typing import Any
 
 import pytest
 
+from spica_cli.main import main
 from spica_core.run.catalog import RunDir
 from spica_core.space.branches import (
     TRTLLM_DISAGG_REASON,
@@ -346,7 +347,7 @@ def test_space_text_and_errors(tmp_path: Any, capsys: Any) -> None:
     assert "agg: backends vllm, sglang, trtllm; 24 parallel configs" in out
     assert "DEP8(tp1 dp8 mtp1 mep8) 630,721 ok" in out and "dropped (no KV budget)" in out
     assert "disagg / trtllm" in out
-    assert space_command(_write(tmp_path, SPACE_YAML.replace("h200_sxm", "h20")), False) == 2
+    assert main(["space", str(_write(tmp_path, SPACE_YAML.replace("h200_sxm", "h20")))]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: unknown hardware_sku 'h20'") and "h200_sxm" in err
 

@@ -274,6 +274,15 @@ def test_a_truncated_artifact_is_moved_aside_and_recomputed_never_a_traceback(co
     assert len((tmp_path / "config.parquet.unreadable").read_bytes()) == 10  # kept aside, not deleted
 
 
+def test_a_foreign_parquet_file_is_kept_aside_and_the_stage_recomputed(config_file: Path, tmp_path: Path) -> None:
+    """A valid Parquet file that is not the stage's (another tool's, another version's) is never read as one."""
+    pq.write_table(pa.table({"run_id": ["mine"], "notes": ["a user's own table"]}), tmp_path / "config.parquet")
+    run = validate_config.fn(str(config_file), run_dir=str(tmp_path))
+    assert run.run_dir.rows("config")[0]["run_id"] == run.identity.run_id
+    assert pq.read_table(tmp_path / "config.parquet.foreign").to_pylist() == [
+        {"run_id": "mine", "notes": "a user's own table"}]
+
+
 def test_rerun_reads_every_stage_back(config_file: Path, tmp_path: Path, calls: Calls) -> None:
     _, space, branch_set, predictor = run_stages(config_file, tmp_path)
     assert calls.counts == {"legal_space": 1, "estimate_shapes": 1, "shape_kv": 8, "sweep_load_predictor": 1}

@@ -1,6 +1,7 @@
 """Every validator of §1–§5: at least one accepted and one rejected case, with the YAML path."""
 from __future__ import annotations
 
+import os
 import copy
 from typing import Any, Callable
 
@@ -320,7 +321,8 @@ def test_defaults_and_normalisation() -> None:
     assert (d.prefill_block_size, d.decode_enable_prefix_caching, d.agg_enable_prefix_caching) == (64, False, True)
     c2 = SmartSearchConfig.from_dict(cfg())
     assert (c2.sweep.max_rounds, c2.sweep.parallel_evals, c2.sweep.per_round, c2.sweep.max_eval_seconds) == \
-        (20, 16, 16, 600.0)
+        (20, None, 16, 600.0)
+    assert c2.sweep.workers == min(16, len(os.sched_getaffinity(0)))  # one local process per core at most
     assert c2.goal.target.value == "throughput"
 
 

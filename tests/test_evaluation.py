@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from spica_cli.evaluate import evaluate_command
+from spica_cli.main import main
 from spica_core.config.model import SmartSearchConfig
 from spica_core.evaluate import (
     Candidate, EvalPool, EvalRequest, SequentialEvaluator, Status, evaluate_one, make_evaluator,
@@ -165,10 +166,10 @@ def test_evaluate_command_json(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 def test_evaluate_command_names_unpinned_knobs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write_config(tmp_path, prefill_load_scale=[1.0, 4.0], agg_max_num_seqs=[256, 512])
-    assert evaluate_command(str(path), False) == 2
+    assert main(["evaluate", str(path)]) == 2
     err = capsys.readouterr().err
     assert "prefill_load_scale" in err and "agg_max_num_seqs" in err and "Traceback" not in err
-    assert evaluate_command(str(tmp_path / "missing.yaml"), False) == 2
+    assert main(["evaluate", str(tmp_path / "missing.yaml")]) == 2
 
 
 def test_evaluate_command_infeasible_returns_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,7 +10,6 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Callable, Union
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -36,11 +35,14 @@ from spica_core.config.knobs import (
     PREDICTOR_FAMILIES,
     SEARCH_CHOICES,
 )
+from spica_core.config import limits
+from spica_core.config.limits import Limit
+from spica_core.config.yaml_loading import load_yaml
 from spica_core.errors import ConfigError, FieldError, Issue
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
 
 # ---------------------------------------------------------------- knob item types
@@ -90,7 +92,7 @@ _HAS_TYPE: dict[str, Callable[[Any], bool]] = {
     "a boolean": lambda v: isinstance(v, bool),
     "an integer": _is_integer,
     "an integer or null": lambda v: v is None or _is_integer(v),
-    "a number": lambda v: _is_integer(v) or isinstance(v, float),
+    "a number": lambda v: _is_integer(v) or (isinstance(v, float) and math.isfinite(v)),
 }
 
 
@@ -146,15 +148,37 @@ def _composite(knob: str) -> Any:
 PositiveInt = Annotated[StrictInt, Field(gt=0)]
 
 
+def _at_most(limit: Limit) -> Any:
+    """A bound whose message says why (pydantic's own ``le`` message gives only the number)."""
+    def check(value: Any) -> Any:
+        if value > limit.maximum:
+            raise ValueError(limits.over(limit))
+        return value
+
+    return AfterValidator(check)
+
+
+def _int_upto(limit: Limit, minimum: int = 1) -> Any:
+    return Annotated[StrictInt, Field(ge=minimum, json_schema_extra={"maximum": limit.maximum}), _at_most(limit)]
+
+
+def _float_upto(limit: Limit) -> Any:
+    return Annotated[float, Field(gt=0, json_schema_extra={"maximum": limit.maximum}), BeforeValidator(_no_bool),
+                     _at_most(limit)]
+
+
+ShapeSize = _int_upto(limits.WORKER_GPUS)
+
+
 class ParallelShape(_Model):
     """One worker shape with its replica count; ``pp`` is accepted but only 1 is ever legal."""
 
-    tp: PositiveInt
-    attention_dp: PositiveInt = 1
-    moe_tp: PositiveInt = 1
-    moe_ep: PositiveInt = 1
-    pp: PositiveInt = 1
-    replicas: PositiveInt = 1
+    tp: ShapeSize
+    attention_dp: ShapeSize = 1
+    moe_tp: ShapeSize = 1
+    moe_ep: ShapeSize = 1
+    pp: ShapeSize = 1
+    replicas: ShapeSize = 1
 
 
 class DisaggParallel(_Model):
@@ -190,11 +214,11 @@ class SearchSpace(_Model):
         default_factory=list, description="[] derives the pool; one entry pins; several form a menu")
     model_name: str = Field(min_length=1, description="Hugging Face id bundled with aiconfigurator-core, or a local folder")
     hardware_sku: str = Field(min_length=1, description="aiconfigurator-core system id, e.g. h200_sxm")
-    gpu_budget: PositiveInt = 32
-    min_gpu_budget: PositiveInt | None = None
-    min_endpoint: PositiveInt | None = None
-    context_length: PositiveInt | None = None
-    startup_time: Annotated[float, Field(ge=0), BeforeValidator(_no_bool)] | None = None
+    gpu_budget: _int_upto(limits.GPU_BUDGET) = 32
+    min_gpu_budget: _int_upto(limits.GPU_BUDGET) | None = None
+    min_endpoint: _int_upto(limits.GPU_BUDGET) | None = None
+    context_length: _int_upto(limits.SEQUENCE_TOKENS) | None = None
+    startup_time: Annotated[float, Field(ge=0), BeforeValidator(_no_bool), _at_most(limits.STARTUP_SECONDS)] | None = None
     aic_nextn: Annotated[StrictInt, Field(ge=0, le=5)] | None = None
 
     # prefill / decode / agg engines (§2.3–§2.5)
@@ -215,7 +239,7 @@ class SearchSpace(_Model):
     agg_enable_prefix_caching: StrictBool = True
 
     # KV manager: G2 host offload (§2.6)
-    num_g2_blocks: Annotated[StrictInt, Field(ge=0)] = 0
+    num_g2_blocks: _int_upto(limits.G2_BLOCKS, minimum=0) = 0
     kv_bytes_per_token: PositiveInt | None = None
     bandwidth_g1_to_g2_gbps: Annotated[float, Field(gt=0)] | None = None
     bandwidth_g2_to_g1_gbps: Annotated[float, Field(gt=0)] | None = None
@@ -281,11 +305,13 @@ class SearchSpace(_Model):
 # ---------------------------------------------------------------- workload (§5)
 
 
-def _finite_nonneg(value: Any, path: str) -> float:
+def _kv_load(value: Any, path: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise FieldError(path, "must be a number", value, True)
     if not math.isfinite(value) or value < 0:
         raise FieldError(path, "must be finite and >= 0", value, True)
+    if value > limits.KV_LOAD_RATIO.maximum:
+        raise FieldError(path, limits.over(limits.KV_LOAD_RATIO), value, True)
     return float(value)
 
 
@@ -293,24 +319,24 @@ _SYNTHETIC_FIELDS = ("isl", "osl", "request_rate", "concurrency", "kv_load_ratio
 
 
 class Workload(_Model):
-    isl: PositiveInt | None = None
-    osl: PositiveInt | None = None
-    concurrency: PositiveInt | None = None
+    isl: _int_upto(limits.SEQUENCE_TOKENS) | None = None
+    osl: _int_upto(limits.SEQUENCE_TOKENS) | None = None
+    concurrency: _int_upto(limits.IN_FLIGHT) | None = None
     kv_load_ratio: Any = Field(default=None, description="number >= 0, or [min, max] (pareto only)",
                                json_schema_extra={"anyOf": [{"type": "number", "minimum": 0},
                                                             {"type": "array", "items": {"type": "number"},
                                                              "minItems": 2, "maxItems": 2},
                                                             {"type": "null"}]})
-    request_rate: Annotated[float, Field(gt=0), BeforeValidator(_no_bool)] | None = None
-    num_request_ratio: Annotated[float, Field(gt=0), BeforeValidator(_no_bool)] | None = None
+    request_rate: _float_upto(limits.REQUEST_RATE) | None = None
+    num_request_ratio: _float_upto(limits.NUM_REQUEST_RATIO) | None = None
     shared_prefix_ratio: Annotated[float, Field(ge=0, le=1)] = 0.0
-    num_prefix_groups: Annotated[StrictInt, Field(ge=0)] = 0
-    turns_per_session: PositiveInt = 1
+    num_prefix_groups: _int_upto(limits.PREFIX_GROUPS, minimum=0) = 0
+    turns_per_session: _int_upto(limits.TURNS_PER_SESSION) = 1
     inter_turn_delay_ms: Annotated[float, Field(ge=0)] = 0.0
     trace_path: str | None = None
     trace_format: str = "mooncake"
-    arrival_speedup_ratio: Annotated[float, Field(gt=0)] = 1.0
-    replay_concurrency: PositiveInt | None = None
+    arrival_speedup_ratio: Annotated[float, Field(ge=limits.ARRIVAL_SLOWDOWN), _at_most(limits.ARRIVAL_SPEEDUP)] = 1.0
+    replay_concurrency: _int_upto(limits.IN_FLIGHT) | None = None
 
     @field_validator("kv_load_ratio", mode="before")
     @classmethod
@@ -320,11 +346,11 @@ class Workload(_Model):
         if isinstance(value, (list, tuple)):
             if len(value) != 2:
                 raise FieldError("", "a range must have exactly 2 values [min, max]", value, True)
-            lo, hi = (_finite_nonneg(v, f"[{i}]") for i, v in enumerate(value))
+            lo, hi = (_kv_load(v, f"[{i}]") for i, v in enumerate(value))
             if not lo < hi:
                 raise FieldError("", "a range needs min < max", value, True)
             return [lo, hi]
-        return _finite_nonneg(value, "")
+        return _kv_load(value, "")
 
     @property
     def is_trace(self) -> bool:
@@ -352,6 +378,14 @@ class Workload(_Model):
         for name in ("isl", "osl", "num_request_ratio"):
             if getattr(self, name) is None:
                 raise FieldError(name, "is required for a synthetic workload (isl, osl, num_request_ratio)")
+        load = self.concurrency or self.request_rate
+        if load is not None:
+            requests = round(float(self.num_request_ratio or 0) * load) * self.turns_per_session
+            if requests > limits.REQUESTS_PER_REPLAY.maximum:
+                raise FieldError("num_request_ratio", f"gives {requests:,} requests per replay "
+                                 f"(num_request_ratio × {'concurrency' if self.concurrency else 'request_rate'} × "
+                                 f"turns_per_session); {limits.over(limits.REQUESTS_PER_REPLAY)}",
+                                 self.num_request_ratio, True)
         return self
 
 
@@ -445,22 +479,32 @@ class VizierAlgorithm(str, Enum):
 
 
 class SweepConfig(_Model):
-    max_rounds: PositiveInt = 20
-    parallel_evals: PositiveInt = 16
-    candidates_per_round: PositiveInt | None = None
-    max_eval_seconds: Annotated[float, Field(gt=0)] | None = 600.0
-    seed: Annotated[StrictInt, Field(ge=0)] = 0
+    max_rounds: _int_upto(limits.MAX_ROUNDS) = 20
+    parallel_evals: _int_upto(limits.PARALLEL_EVALS) | None = Field(
+        default=None, description="evaluation processes; None: this machine's cores, at most 16")
+    candidates_per_round: _int_upto(limits.CANDIDATES_PER_ROUND) | None = None
+    max_eval_seconds: _float_upto(limits.EVAL_SECONDS) | None = 600.0
+    seed: _int_upto(limits.SEED, minimum=0) = 0
     policy: SweepPolicy = SweepPolicy.rapid
     algorithm: VizierAlgorithm = VizierAlgorithm.DEFAULT
 
     @property
     def per_round(self) -> int:
-        return self.candidates_per_round or self.parallel_evals
+        """Fixed by the config alone (never by the machine), so a run's search is the same everywhere."""
+        return self.candidates_per_round or self.parallel_evals or limits.DEFAULT_PER_ROUND
 
     @property
     def workers(self) -> int:
-        """Evaluation processes: never more than a round can keep busy."""
-        return min(self.parallel_evals, self.per_round)
+        """Local evaluation processes: never more than a round can keep busy or this machine has cores."""
+        return min(self.parallel_evals or limits.DEFAULT_PER_ROUND, self.per_round, limits.machine_cores())
+
+    @model_validator(mode="after")
+    def _bounded(self) -> SweepConfig:
+        total = self.max_rounds * self.per_round
+        if total > limits.EVALUATIONS.maximum:
+            raise FieldError("max_rounds", f"{self.max_rounds} rounds × {self.per_round} per round = {total:,} "
+                             f"{limits.over(limits.EVALUATIONS)}", self.max_rounds, True)
+        return self
 
 
 # ---------------------------------------------------------------- the whole config (§1)
@@ -486,6 +530,12 @@ class SmartSearchConfig(_Model):
 
     @model_validator(mode="after")
     def _rules(self) -> SmartSearchConfig:
+        most = self.search_space.gpu_budget * limits.MAX_NUM_SEQS_PER_GPU
+        for name in ("concurrency", "replay_concurrency"):
+            value = getattr(self.workload, name)
+            if value is not None and value > most:
+                derived = f"gpu_budget {self.search_space.gpu_budget} × {limits.MAX_NUM_SEQS_PER_GPU}"
+                raise FieldError(f"workload.{name}", limits.over(limits.IN_FLIGHT, most, derived), value, True)
         if self.workload.kv_load_range is not None and not self.goal.is_pareto:
             raise FieldError("workload.kv_load_ratio", "a [min, max] range is only allowed when goal.target is "
                              "pareto; give a single ratio", self.workload.kv_load_ratio, True)
@@ -500,20 +550,7 @@ class SmartSearchConfig(_Model):
     def from_yaml(cls, path: str | Path) -> SmartSearchConfig:
         """Parse and validate a YAML file; raises ConfigError listing every problem."""
         path = Path(path)
-        try:
-            text = path.read_text()
-        except FileNotFoundError:
-            raise ConfigError(str(path), [Issue("", "config file not found")]) from None
-        except OSError as exc:
-            raise ConfigError(str(path), [Issue("", f"cannot read config file: {exc.strerror}")]) from None
-        try:
-            data = yaml.safe_load(text)
-        except yaml.MarkedYAMLError as exc:
-            mark = exc.problem_mark or exc.context_mark
-            where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
-            raise ConfigError(str(path), [Issue("", f"malformed YAML at {where}: {exc.problem or exc}")]) from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(str(path), [Issue("", f"malformed YAML: {exc}")]) from None
+        data = load_yaml(path)
         config = cls.from_dict(data, source=str(path))
         config.check_files(path.parent)
         return config

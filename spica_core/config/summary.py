@@ -4,6 +4,7 @@ from __future__ import annotations
 from spica_core.config.model import SmartSearchConfig
 from spica_core.config.policies import filter_for_goal, planner_target, with_policies
 from spica_core.config.pruning import branch_knob_choices
+from spica_core.config.trace import TraceSummary
 
 
 def searched_knobs(config: SmartSearchConfig) -> dict[str, int]:
@@ -20,7 +21,7 @@ def searched_knobs(config: SmartSearchConfig) -> dict[str, int]:
     return out
 
 
-def describe(config: SmartSearchConfig) -> str:
+def describe(config: SmartSearchConfig, trace: TraceSummary | None = None) -> str:
     s, w, g, sw = config.search_space, config.workload, config.goal, config.sweep
     policies = filter_for_goal(config)
     config = with_policies(config, policies.kept)
@@ -48,6 +49,11 @@ def describe(config: SmartSearchConfig) -> str:
         loop = f"closed loop, {w.replay_concurrency} in flight" if w.replay_concurrency else \
             f"open loop, arrival speedup {w.arrival_speedup_ratio}"
         lines.append(f"workload        : mooncake trace {w.trace_path} ({loop})")
+        if trace is not None:
+            span = (trace.last_ms - trace.first_ms) / 1000
+            sessions = f", {trace.sessions:,} sessions" if trace.sessions else ""
+            lines.append(f"trace           : {trace.requests:,} requests{sessions} over {span:,.0f} s, longest "
+                         f"input {trace.max_input_length:,} / output {trace.max_output_length:,} tokens")
     else:
         if w.request_rate is not None:
             load = f"request rate {w.request_rate}/s (open loop)"
@@ -64,7 +70,11 @@ def describe(config: SmartSearchConfig) -> str:
     if policies.dropped:
         lines.append(f"dropped policies: {policies.dropped} — {policies.reason}")
     lines.append(f"sweep           : policy {sw.policy.value}, {sw.max_rounds} rounds × {sw.per_round} per round, "
-                 f"{sw.parallel_evals} parallel, algorithm {sw.algorithm.value}, seed {sw.seed}")
+                 f"{sw.workers} parallel, algorithm {sw.algorithm.value}, seed {sw.seed}")
+    if sw.parallel_evals is not None and sw.parallel_evals > sw.workers:
+        lines.append(f"note            : parallel_evals {sw.parallel_evals} runs as {sw.workers} worker process(es) "
+                     "here (at most one per core, and no more than a round can keep busy)")
+    lines += [f"warning         : {message}" for message in (trace.warnings if trace else ())]
     return "\n".join(lines)
 
 

@@ -155,8 +155,9 @@ class RunDir:
         return self.artifact(stage).is_file()
 
     def readable(self, stage: str) -> bool:
-        """Present and a Parquet file. An unreadable one (truncated, foreign) is moved aside to
-        ``<file>.unreadable``, never deleted, and the stage is recomputed."""
+        """Present, a Parquet file and with the stage's declared columns. Anything else at that name
+        (truncated, or another tool's file) is moved aside to ``<file>.unreadable`` or ``<file>.foreign``,
+        never deleted, and the stage is recomputed."""
         return self._schema(stage) is not None
 
     def _schema(self, stage: str) -> pa.Schema | None:
@@ -164,21 +165,25 @@ class RunDir:
         if not path.is_file():
             return None
         try:
-            return pq.read_schema(path)
+            schema = pq.read_schema(path)
         except (pa.ArrowException, OSError) as exc:
-            aside = path.with_name(path.name + ".unreadable")
-            os.replace(path, aside)
-            log.warning("%s is not a readable Parquet file (%s); moved it to %s and computing the stage again",
-                        path, exc, aside.name)
-            return None
+            return self._set_aside(path, "unreadable", f"is not a readable Parquet file ({exc})")
+        if not schema.equals(CATALOG[stage].schema):
+            return self._set_aside(path, "foreign", f"does not have the columns of the {stage} stage "
+                                   f"({', '.join(schema.names[:6])}{', ...' if len(schema.names) > 6 else ''})")
+        return schema
+
+    @staticmethod
+    def _set_aside(path: Path, suffix: str, problem: str) -> None:
+        aside = path.with_name(f"{path.name}.{suffix}")
+        os.replace(path, aside)
+        log.warning("%s %s; moved it to %s and computing the stage again", path, problem, aside.name)
+        return None
 
     def fresh(self, stage: str, inputs_fingerprint: str) -> bool:
         """Present, computed from these inputs and with the declared columns: read it instead of recomputing."""
         schema = self._schema(stage)
-        if schema is None:
-            return False
-        stored = (schema.metadata or {}).get(FINGERPRINT_KEY)
-        return stored == inputs_fingerprint.encode() and schema.equals(CATALOG[stage].schema)
+        return schema is not None and (schema.metadata or {}).get(FINGERPRINT_KEY) == inputs_fingerprint.encode()
 
     def write(self, stage: str, rows: Sequence[Mapping[str, Any]], inputs_fingerprint: str) -> Path:
         """Replace the artifact with these rows, tagged with the fingerprint of the inputs they came from."""

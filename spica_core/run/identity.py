@@ -73,18 +73,14 @@ class LocatedRun:
 
 def locate(config_path: str | Path, runs_root: str | Path | None = None, run_dir: str | Path | None = None,
            seed: int | None = None) -> LocatedRun:
-    """``seed`` overrides ``sweep.seed`` (part of the run identity: another seed is another run)."""
+    """The checked inputs and the folder they run in; ``seed`` overrides ``sweep.seed``."""
     from spica_core.run.catalog import DEFAULT_RUNS_ROOT
+    from spica_core.run.inputs import load_inputs
     from spica_core.run.lock import check_folder
 
-    path = Path(config_path)
-    config = SmartSearchConfig.from_yaml(path)
-    if seed is not None:
-        normalised = config.normalised()
-        config = SmartSearchConfig.model_validate({**normalised, "sweep": {**normalised["sweep"], "seed": seed}})
-    trace = config.trace_file(path.parent)
-    identity = identify(config, trace)
+    inputs = load_inputs(config_path, seed)
+    identity = identify(inputs.config, inputs.trace_file)
     if run_dir:
         check_folder(Path(run_dir))
     folder = Path(run_dir) if run_dir else Path(runs_root or DEFAULT_RUNS_ROOT) / identity.run_id
-    return LocatedRun(config, trace, identity, folder)
+    return LocatedRun(inputs.config, inputs.trace_file, identity, folder)

@@ -1,0 +1,48 @@
+"""A run's two inputs, the config and its trace, read and checked together before anything runs.
+
+``spica validate`` and every stage that reads the trace go through :func:`load_inputs`, so a sweep
+never starts on a config or trace that validate would refuse. The checks that need the model (its
+context length) live here rather than in the config model, which stays free of engine facts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from spica_core.config.model import SmartSearchConfig
+from spica_core.config.trace import TraceSummary, check_trace
+from spica_core.errors import ConfigError, Issue
+from spica_core.space.kv import max_seq_len
+
+
+@dataclass(frozen=True)
+class Inputs:
+    config: SmartSearchConfig       # with a ``--seed`` override applied
+    trace_file: Path | None         # resolved against the config file's folder
+    trace: TraceSummary | None      # None for a synthetic workload
+
+
+def with_seed(config: SmartSearchConfig, seed: int | None) -> SmartSearchConfig:
+    """``seed`` overrides ``sweep.seed`` (part of the run identity: another seed is another run)."""
+    if seed is None:
+        return config
+    normalised = config.normalised()
+    return SmartSearchConfig.model_validate({**normalised, "sweep": {**normalised["sweep"], "seed": seed}})
+
+
+def load_inputs(config_path: str | Path, seed: int | None = None) -> Inputs:
+    """Raises ConfigError or TraceError naming the field, or the file and line."""
+    path = Path(config_path)
+    config = with_seed(SmartSearchConfig.from_yaml(path), seed)
+    space, workload = config.search_space, config.workload
+    longest = max_seq_len(space.model_name, space.context_length)
+    trace_file = config.trace_file(path.parent)
+    if trace_file is not None:
+        return Inputs(config, trace_file, check_trace(trace_file, max_seq_len=longest))
+    isl, osl = workload.isl or 0, workload.osl or 0
+    if isl + osl > longest:
+        source = "context_length" if space.context_length is not None else f"{space.model_name}'s max context"
+        raise ConfigError(str(path), [Issue("workload.isl", f"isl + osl = {isl + osl:,} tokens exceeds the context "
+                                            f"length {longest:,} ({source}); a server with this context "
+                                            "cannot hold the request", isl, True)])
+    return Inputs(config, None, None)
