@@ -16,7 +16,7 @@ _excerpt.maxlevel = 3
 def excerpt(value: Any) -> str:
     """A short repr: a huge or deeply nested value is cut, never echoed whole."""
     text = _excerpt.repr(value)
-    return text if len(text) <= 2 * EXCERPT_CHARS else text[:2 * EXCERPT_CHARS - 3] + "..."
+    return text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS - 3] + "..."
 
 
 class SpicaError(Exception):

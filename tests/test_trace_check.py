@@ -12,7 +12,7 @@ import pytest
 
 from conftest import EXAMPLES
 from spica_core.config.trace import MAX_LINE_BYTES, TraceSummary, check_trace
-from spica_core.errors import TraceError
+from spica_core.errors import EXCERPT_CHARS, TraceError
 
 SEQ = 131072
 _DROP = object()
@@ -181,7 +181,7 @@ def test_long_values_are_cut_in_messages(tmp_path: Path) -> None:
     path = _write(tmp_path, [_row(input_length="y" * 5000)])
     problem = _error(path).splitlines()[1]
     got = problem.split("(got ", 1)[1][:-1]
-    assert got.startswith("'yyy") and got.endswith("yyy'") and "..." in got and len(got) <= 60
+    assert got.startswith("'yyy") and got.endswith("yyy'") and "..." in got and len(got) <= EXCERPT_CHARS
 
 
 def test_out_of_order_timestamps_warn_and_later_turns_are_exempt(tmp_path: Path) -> None:

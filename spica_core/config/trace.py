@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import reprlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spica_core.errors import TraceError
-from spica_core.evaluate.traces import TRACE_BLOCK_SIZE
+from spica_core.errors import TraceError, excerpt
 
+TRACE_BLOCK_SIZE = 512            # tokens per mooncake hash id (the public traces' granularity, the replay's default)
 MAX_LINE_BYTES = 1 << 20          # longest accepted line; longer ones are skipped unread
-MAX_EXCERPT_CHARS = 60            # longest echo of a value in a message
 HASH_ID_LIMIT = 1 << 64           # hash ids are u64 in the replay
 DEFAULT_SHOWN = 20                # problem lines listed in a TraceError
 FIELD_ALIASES: dict[str, tuple[str, ...]] = {   # the replay's accepted names for each field
@@ -38,9 +36,6 @@ _FLOAT_MAX = sys.float_info.max
 _INT_ONLY = {int}
 _JSON_TYPE = {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number",
               bool: "true/false", type(None): "null"}
-_excerpt_repr = reprlib.Repr()
-_excerpt_repr.maxstring = _excerpt_repr.maxother = _excerpt_repr.maxlong = MAX_EXCERPT_CHARS
-_excerpt_repr.maxlist = 8
 
 
 @dataclass(frozen=True)
@@ -55,11 +50,6 @@ class TraceSummary:
     max_input_length: int
     max_output_length: int
     warnings: tuple[str, ...]
-
-
-def _excerpt(value: Any) -> str:
-    text = _excerpt_repr.repr(value)
-    return text if len(text) <= MAX_EXCERPT_CHARS else text[:MAX_EXCERPT_CHARS - 3] + "..."
 
 
 def _ms(value: float) -> str:
@@ -87,7 +77,7 @@ class _Problems:
         self.counts[kind] = count + 1
         if count < self.shown:
             where = f"{field}: " if field else ""
-            got = f" (got {_excerpt(value)})" if value is not _MISSING else f" ({detail})" if detail else ""
+            got = f" (got {excerpt(value)})" if value is not _MISSING else f" ({detail})" if detail else ""
             self.examples.setdefault(kind, []).append((lineno, f"{self.display}:{lineno}: {where}{message}{got}"))
 
     def render(self, stopped_at: int | None) -> str:
@@ -306,7 +296,7 @@ class _Scan:
         if ids and (set(map(type, ids)) != _INT_ONLY or min(ids) < 0 or max(ids) >= HASH_ID_LIMIT):
             index, bad = next((i, h) for i, h in enumerate(ids)
                               if type(h) is not int or not 0 <= h < HASH_ID_LIMIT)
-            add(lineno, "hash_ids", "must hold integers 0 <= id < 2**64", detail=f"{_excerpt(bad)} at index {index}")
+            add(lineno, "hash_ids", "must hold integers 0 <= id < 2**64", detail=f"{excerpt(bad)} at index {index}")
             return
         if isl is None:
             return
@@ -394,5 +384,5 @@ def check_trace(path: str | Path, *, max_seq_len: int, block_size: int = TRACE_B
     return result
 
 
-__all__ = ["DEFAULT_SHOWN", "FIELD_ALIASES", "HASH_ID_LIMIT", "MAX_EXCERPT_CHARS", "MAX_LINE_BYTES",
+__all__ = ["DEFAULT_SHOWN", "FIELD_ALIASES", "HASH_ID_LIMIT", "MAX_LINE_BYTES",
            "TRACE_BLOCK_SIZE", "TraceSummary", "check_trace"]

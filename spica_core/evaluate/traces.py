@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-TRACE_BLOCK_SIZE = 512  # tokens per mooncake hash id (the public traces' granularity, the replay's default)
+from spica_core.config.trace import TRACE_BLOCK_SIZE
+from spica_core.errors import TraceError
+
 
 
 @dataclass(frozen=True)
@@ -23,7 +25,9 @@ class TraceRow:
 
 
 def read_trace(path: str | Path) -> Iterator[TraceRow]:
-    """Yield the fields the predictor windows need; raises ValueError naming the bad line."""
+    """Yield the fields the predictor windows need from a trace ``check_trace`` accepted.
+
+    Raises TraceError naming the line if the file changed since (never a bare ValueError)."""
     with open(path) as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
@@ -35,7 +39,7 @@ def read_trace(path: str | Path) -> Iterator[TraceRow]:
                 osl = row["output_length"] if "output_length" in row else row["output_tokens"]
                 yield TraceRow(float(ts), int(isl), int(osl))
             except (ValueError, KeyError, TypeError) as exc:
-                raise ValueError(f"{path}:{lineno}: not a mooncake row ({exc!r}); need timestamp, "
+                raise TraceError(f"{path}:{lineno}: not a mooncake row ({type(exc).__name__}); need timestamp, "
                                  "input_length, output_length") from None
 
 

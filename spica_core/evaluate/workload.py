@@ -15,7 +15,7 @@ from spica_core.config.model import Workload
 from spica_core.errors import InfeasibleKVCapacityError
 from spica_core.space.kv import kv_tokens_per_rank
 from spica_core.evaluate.candidate import Candidate, KVLoad
-from spica_core.evaluate.traces import TRACE_BLOCK_SIZE
+from spica_core.config.trace import TRACE_BLOCK_SIZE
 
 
 @dataclass(frozen=True)

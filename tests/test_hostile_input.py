@@ -1,0 +1,282 @@
+"""A corpus of bad inputs, as a new user writes them: each exits 2 naming the field, or the file and line.
+
+The cases cover traces, YAML, numbers and the run folder. Most run in-process through ``main`` (fast);
+the ones that once hung, aborted in native code or grew past a gigabyte run as their own process, so
+the exit code, wall time and peak memory are those of the command a user runs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from conftest import EXAMPLES, REPO
+from spica_cli.main import main
+
+QUICKSTART = yaml.safe_load((EXAMPLES / "quickstart.yaml").read_text())
+ROUTER = yaml.safe_load((EXAMPLES / "router_only.yaml").read_text())
+GOOD_ROW = {"timestamp": 0, "input_length": 1000, "output_length": 100, "hash_ids": [0, 1]}
+
+
+def _row(n: int, **change: object) -> str:
+    row = {**GOOD_ROW, "timestamp": 10 * n, **change}
+    return json.dumps({k: v for k, v in row.items() if v is not None})
+
+
+def _config(tmp: Path, base: dict, **sections: dict) -> Path:
+    data = json.loads(json.dumps(base))
+    for section, values in sections.items():
+        data[section] = {**data.get(section, {}), **values}
+    path = tmp / "config.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _trace_config(tmp: Path, lines: list[str] | bytes) -> Path:
+    trace = tmp / "trace.jsonl"
+    if isinstance(lines, bytes):
+        trace.write_bytes(lines)
+    else:
+        trace.write_text("".join(line + "\n" for line in lines))
+    return _config(tmp, ROUTER, workload={"trace_path": str(trace)})
+
+
+def _good_rows(n: int) -> list[str]:
+    return [_row(i) for i in range(n)]
+
+
+# (what a user wrote) -> (the config path, the words the error must contain)
+Case = Callable[[Path], tuple[Path, list[str]]]
+
+TRACES: dict[str, Case] = {
+    "empty trace": lambda t: (_trace_config(t, []), ["trace.jsonl", "no requests"]),
+    "malformed line": lambda t: (_trace_config(t, [*_good_rows(2), '{"timestamp": 3,']),
+                                 ["trace.jsonl:3", "not valid JSON"]),
+    "missing input_length": lambda t: (_trace_config(t, [_row(0), _row(1, input_length=None)]),
+                                       ["trace.jsonl:2", "input_length", "input_tokens"]),
+    "zero input_length": lambda t: (_trace_config(t, [_row(0, input_length=0)]), ["trace.jsonl:1", "input_length"]),
+    "negative input_length at line 301": lambda t: (
+        _trace_config(t, [*_good_rows(300), _row(300, input_length=-5)]), ["trace.jsonl:301", "input_length", "-5"]),
+    "hash_ids with strings": lambda t: (_trace_config(t, [_row(0, hash_ids=["a", "b"])]),
+                                        ["trace.jsonl:1", "hash_ids"]),
+    "too few hash_ids": lambda t: (_trace_config(t, [_row(0, input_length=5000)]), ["trace.jsonl:1", "hash_ids"]),
+    "negative timestamp": lambda t: (_trace_config(t, [_row(0), _row(1, timestamp=-40)]),
+                                     ["trace.jsonl:2", "timestamp"]),
+    "10-million-token request": lambda t: (
+        _trace_config(t, [_row(0), _row(1, input_length=10_000_000, hash_ids=list(range(19532)))]),
+        ["trace.jsonl:2", "input_length", "context length"]),
+    "infinite timestamp": lambda t: (_trace_config(t, ['{"timestamp": Infinity, "input_length": 1000, '
+                                                       '"output_length": 100, "hash_ids": [0, 1]}']),
+                                     ["trace.jsonl:1", "timestamp"]),
+    "Latin-1 byte": lambda t: (_trace_config(t, (_row(0) + "\n" + _row(1).replace("}", ', "session_id": "caf\xe9"}')
+                                                 + "\n").encode("latin-1")), ["trace.jsonl:2", "UTF-8", "offset"]),
+}
+
+YAML: dict[str, Case] = {
+    "Latin-1 byte in the config": lambda t: (_raw(t, "search_space:\n  model_name: caf\xe9\n".encode("latin-1")),
+                                             ["config.yaml", "UTF-8", "offset 31", "line 2"]),
+    "binary file as the config": lambda t: (_raw(t, bytes(range(256)) * 4), ["config.yaml", "binary"]),
+    "duplicate key": lambda t: _duplicate_budget(t),
+    "python tag": lambda t: (_raw(t, b"search_space: !!python/object/apply:os.system [echo hi]\n"),
+                             ["config.yaml", "line 1"]),
+    "deep nesting": lambda t: (_raw(t, b"a: " + b"[" * 200 + b"]" * 200 + b"\n"), ["nested deeper than 64"]),
+}
+
+
+def _raw(tmp: Path, data: bytes) -> Path:
+    path = tmp / "config.yaml"
+    path.write_bytes(data)
+    return path
+
+
+def _duplicate_budget(tmp: Path) -> tuple[Path, list[str]]:
+    text = (EXAMPLES / "quickstart.yaml").read_text()
+    line = text.splitlines().index("  gpu_budget: 8") + 1
+    path = _raw(tmp, text.replace("  gpu_budget: 8\n", "  gpu_budget: 8\n  gpu_budget: 1000\n").encode())
+    return path, ["search_space.gpu_budget", "duplicate key", f"line {line}", f"line {line + 1}"]
+
+
+NUMBERS: dict[str, Case] = {
+    "gpu_budget 1e12": lambda t: (_config(t, QUICKSTART, search_space={"gpu_budget": 10**12}),
+                                  ["search_space.gpu_budget", "at most 512"]),
+    "concurrency 1e9": lambda t: (_config(t, QUICKSTART, workload={"concurrency": 10**9}),
+                                  ["workload.concurrency", "at most"]),
+    "replicas 1e9": lambda t: (_config(t, ROUTER, search_space={"parallel_configs": [{"tp": 2, "replicas": 10**9}]},
+                                       workload={"trace_path": str(EXAMPLES / "traces/shared_prefix.jsonl")}),
+                               ["parallel_configs[0].replicas", "at most 512"]),
+    "request_rate .inf": lambda t: (_config(t, QUICKSTART, workload={"concurrency": None, "request_rate": float("inf")}),
+                                    ["workload.request_rate", "finite"]),
+    "num_request_ratio .inf": lambda t: (_config(t, QUICKSTART, workload={"num_request_ratio": float("inf")}),
+                                         ["workload.num_request_ratio", "finite"]),
+    "SLA .inf": lambda t: (_config(t, QUICKSTART, goal={"sla": {"ttft_ms": float("inf"), "itl_ms": 40}}),
+                           ["goal.sla.ttft_ms", "finite"]),
+    "SLA .nan": lambda t: (_config(t, QUICKSTART, goal={"sla": {"ttft_ms": 2000, "itl_ms": float("nan")}}),
+                           ["goal.sla.itl_ms", "finite"]),
+    "arrival_speedup_ratio .inf": lambda t: (
+        _config(t, ROUTER, workload={"trace_path": str(EXAMPLES / "traces/shared_prefix.jsonl"),
+                                     "arrival_speedup_ratio": float("inf")}),
+        ["workload.arrival_speedup_ratio", "finite"]),
+    "parallel_evals 100000": lambda t: (_config(t, QUICKSTART, sweep={"parallel_evals": 100000}),
+                                        ["sweep.parallel_evals", "at most 256"]),
+    "max_rounds 1e6": lambda t: (_config(t, QUICKSTART, sweep={"max_rounds": 10**6}),
+                                 ["sweep.max_rounds", "at most 1,000"]),
+    "too many evaluations": lambda t: (_config(t, QUICKSTART, sweep={"max_rounds": 1000, "candidates_per_round": 100}),
+                                       ["sweep.max_rounds", "100,000", "at most 10,000"]),
+    "a million requests per replay": lambda t: (
+        _config(t, QUICKSTART, workload={"concurrency": 8000, "num_request_ratio": 1000}),
+        ["workload.num_request_ratio", "8,000,000 requests", "at most 1,000,000"]),
+    "isl beyond the context": lambda t: (_config(t, QUICKSTART, workload={"isl": 100_000}),
+                                         ["workload.isl", "context length 40,960"]),
+    "max_eval_seconds 1e30": lambda t: (_config(t, QUICKSTART, sweep={"max_eval_seconds": 1e30}),
+                                        ["sweep.max_eval_seconds", "at most 86,400"]),
+}
+
+CORPUS = {**TRACES, **YAML, **NUMBERS}
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_validate_refuses_naming_the_field_or_line(name: str, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    path, words = CORPUS[name](tmp_path)
+    assert main(["validate", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "Traceback" not in err and len(err) < 4000, err
+    for word in words:
+        assert word in err, f"{word!r} not in {err!r}"
+
+
+def test_many_bad_lines_are_summarised_not_listed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _trace_config(tmp_path, [_row(i, input_length=-i - 1) for i in range(5000)])
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "and 4980 more lines like this: input_length" in err and len(err.splitlines()) < 30
+
+
+def test_out_of_order_timestamps_are_a_warning_not_an_error(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    path = _trace_config(tmp_path, [_row(0), _row(5), _row(2), _row(9)])
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "trace           : 4 requests" in out and "warning" in out and "backwards" in out
+
+
+def test_parallel_evals_beyond_the_cores_is_capped_and_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _config(tmp_path, QUICKSTART, sweep={"parallel_evals": 64, "candidates_per_round": 64, "max_rounds": 1})
+    assert main(["validate", str(path)]) == 0
+    cores = len(os.sched_getaffinity(0))
+    out = capsys.readouterr().out
+    assert f"{min(cores, 64)} parallel" in out
+    assert ("parallel_evals 64 runs as" in out) == (cores < 64)
+
+
+# ---------------------------------------------------------------- as a user's own process
+
+def _run(args: list[str], timeout: float = 120) -> tuple[int, str, float, float]:
+    """(exit code, stderr + stdout, wall seconds, peak RSS in MB) of one ``spica`` process."""
+    with tempfile.TemporaryFile("w+") as output:
+        start = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "spica_cli.main", *args], cwd=REPO, stdout=output,
+                                stderr=subprocess.STDOUT, text=True)
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage, not every child's maximum
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - start
+        output.seek(0)
+        return proc.returncode, output.read(), wall, usage.ru_maxrss / 1024
+
+
+def _bomb(tmp: Path, levels: int = 9) -> Path:
+    lines = ["a: &a [" + ", ".join(["1"] * 9) + "]"]
+    for i in range(1, levels):
+        prev, cur = chr(ord("a") + i - 1), chr(ord("a") + i)
+        lines.append(f"{cur}: &{cur} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    text = (EXAMPLES / "quickstart.yaml").read_text().replace("  gpu_budget: 8\n", f"  gpu_budget: *{cur}\n")
+    return _raw(tmp, ("\n".join(lines) + "\n" + text).encode())
+
+
+PROCESS_CASES: dict[str, Callable[[Path], tuple[list[str], list[str]]]] = {
+    "alias bomb": lambda t: (["validate", str(_bomb(t))], ["alias bomb", "line 2"]),
+    "45 MB list": lambda t: (["validate", str(_raw(t, b"gpu_budget: [" + b"1, " * 15_000_000 + b"1]\n"))],
+                             ["config.yaml", "at most 1 MiB"]),
+    "space with gpu_budget 1e12": lambda t: (
+        ["space", str(_config(t, QUICKSTART, search_space={"gpu_budget": 10**12}))], ["search_space.gpu_budget"]),
+    "evaluate with concurrency 1e9": lambda t: (
+        ["evaluate", str(_config(t, ROUTER, workload={"trace_path": None, "replay_concurrency": None, "isl": 1000,
+                                                      "osl": 100, "concurrency": 10**9, "num_request_ratio": 1},
+                                 search_space={"router_mode": ["round_robin"], "overlap_score_credit": [1.0],
+                                               "prefill_load_scale": [1.0], "router_temperature": [0.0]}))],
+        ["workload.concurrency"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROCESS_CASES))
+def test_the_command_exits_2_at_once_in_bounded_memory(name: str, tmp_path: Path) -> None:
+    args, words = PROCESS_CASES[name](tmp_path)
+    code, output, wall, rss_mb = _run(args)
+    assert code == 2 and "Traceback" not in output and len(output) < 4000, output
+    for word in words:
+        assert word in output, f"{word!r} not in {output!r}"
+    assert wall < 60 and rss_mb < 1024, (wall, rss_mb)  # a hang or a blow-up, not a speed target
+
+
+def test_a_sweep_never_starts_on_a_bad_trace(tmp_path: Path) -> None:
+    """The throughput planner policy reads the trace in the load-predictor stage: that path once gave a traceback."""
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("\n".join([*_good_rows(50), '{"timestamp": 500, "input_length": "many"}']) + "\n")
+    config = _config(tmp_path, yaml.safe_load((EXAMPLES / "deepseek_v3_trace.yaml").read_text()),
+                     workload={"trace_path": str(trace)})
+    runs = tmp_path / "runs"
+    code, output, _, _ = _run(["sweep", str(config), "--runs-root", str(runs)])
+    assert code == 2 and "Traceback" not in output, output
+    assert "trace.jsonl:51" in output and "input_length" in output
+    assert not runs.exists()  # nothing started: no run folder, no Prefect server
+
+
+@pytest.mark.slow
+def test_a_second_sweep_on_a_run_dir_in_use_is_refused_and_the_first_is_intact(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    first = subprocess.Popen([sys.executable, "-m", "spica_cli.main", "sweep", str(EXAMPLES / "quickstart.yaml"),
+                              "--run-dir", str(run_dir)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (run_dir / "config.parquet").exists():
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.2)
+        code, output, wall, _ = _run(["sweep", str(EXAMPLES / "quickstart.yaml"), "--run-dir", str(run_dir)])
+        assert code == 2 and f"in use by process {first.pid}" in output and "Traceback" not in output, output
+        assert wall < 30
+        out, err = first.communicate(timeout=600)
+    finally:
+        first.kill()
+    assert first.returncode == 0, err
+    trials = pq.read_table(run_dir / "trials.parquet").to_pylist()
+    keys = [(t["mode"], t["round"], t["trial"]) for t in trials]
+    assert len(keys) == len(set(keys)) and len(trials) >= 6  # one writer: no trial twice
+    ranking = pq.read_table(run_dir / "ranking.parquet").to_pylist()
+    assert f"{ranking[0]['score']:,.4g}" in out
+
+
+def test_docs_list_every_bound() -> None:
+    from spica_core.config import limits
+
+    doc = (REPO / "docs" / "limits.md").read_text()
+    bounds = {name: value for name, value in vars(limits).items() if isinstance(value, limits.Limit)}
+    assert len(bounds) >= 15
+    for name, bound in bounds.items():
+        shown = "2⁶³ − 1" if bound.maximum == 2**63 - 1 else f"{bound.maximum:,}"
+        assert shown in doc, f"docs/limits.md does not give {name}'s bound {shown}"
