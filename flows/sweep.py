@@ -6,6 +6,7 @@ from prefect import flow
 from spica_core.evaluate import make_evaluator
 from spica_core.run import lock
 from spica_core.search import EvalCache, SearchContext, SweepSummary, Tally, round_plan
+from tasks.emit import emit_task
 from tasks.load_predictor import load_predictor_task
 from tasks.progress import SweepProgress
 from tasks.search import rank_task, round_task, stored_trials
@@ -16,7 +17,7 @@ from tasks.validate import ValidatedRun, validate_config
 @flow(name="spica-sweep", log_prints=True)
 def sweep(config_path: str, runs_root: str = "runs", run_dir: str | None = None, seed: int | None = None,
           show_progress: bool = False) -> SweepSummary:
-    """validate → enumerate branches → KV filter, load-predictor sub-sweep → search rounds → rank / Pareto."""
+    """validate → enumerate branches → KV filter, load-predictor sub-sweep → search rounds → rank / Pareto → emit."""
     run = validate_config(config_path, runs_root, run_dir, seed)  # locks the run folder
     try:
         return _search_and_rank(run, show_progress)
@@ -45,10 +46,14 @@ def _search_and_rank(run: ValidatedRun, show_progress: bool) -> SweepSummary:
                     break
     progress.draw(final=True)
     ranking = rank_task(run, context)
+    trials = stored_trials(run.run_dir, context)
+    emitted = emit_task(run, ranking, trials)
     dropped = ([f"dropped planner policies {run.policies.dropped}: {run.policies.reason}"]
                if run.policies.dropped else [])
     return SweepSummary(run_dir=str(run.run_dir.path), run_id=run.identity.run_id, pareto=config.goal.is_pareto,
                         objectives=tuple(o.value for o in config.goal.objectives), ranking=tuple(ranking),
-                        tally=Tally.of(stored_trials(run.run_dir, context)), stalls=tuple(stalls),
+                        tally=Tally.of(trials), stalls=tuple(stalls),
                         warnings=(*branch_set.warnings, *dropped), load_predictor_reason=predictor.reason,
-                        load_predictor_winners=dict(predictor.best_by_interval))
+                        load_predictor_winners=dict(predictor.best_by_interval),
+                        report=str(emitted.report.markdown) if emitted.report else None,
+                        manifests=tuple(str(p) for p in emitted.manifests.values()), refused=dict(emitted.refused))

@@ -1,4 +1,4 @@
-"""``spica`` command line: validate, schema, space, evaluate, sweep.
+"""``spica`` command line: validate, schema, space, evaluate, sweep, show, emit.
 
 Every command keeps one exit-code contract (``exits.py``): 0 success, 2 bad input with a message naming
 the field or the file and line, 1 when it ran but found nothing feasible; never a traceback.
@@ -65,6 +65,28 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return sweep_command(args.config, args.runs_root, args.run_dir, args.seed)
 
 
+def cmd_show(args: argparse.Namespace) -> int:
+    from spica_cli.show import show_command
+
+    return show_command(args.run_dir)
+
+
+def cmd_emit(args: argparse.Namespace) -> int:
+    from spica_cli.emit import emit_command
+
+    return emit_command(args.run_dir, args.top, args.all, args.out, args.image, args.namespace)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value
+
+
 def _seed(text: str) -> int:
     try:
         value = int(text)
@@ -97,6 +119,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", default=None, help="write the run here instead of runs/<run id>/")
     p.add_argument("--runs-root", default="runs", help="parent folder of run folders (default: runs)")
     p.add_argument("--seed", type=_seed, default=None, help="override sweep.seed (another seed is another run)")
+    p = add("show", cmd_show, "print a finished run's top candidates (or front) and where its files are", config=False)
+    p.add_argument("run_dir", help="a run folder (runs/<run id>/ or a --run-dir)")
+    p = add("emit", cmd_emit, "write DynamoGraphDeployment manifests for a finished run again (no replay)",
+            config=False)
+    p.add_argument("run_dir", help="a run folder (runs/<run id>/ or a --run-dir)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--top", type=_positive, default=3, help="manifests for the best N candidates (default 3)")
+    which.add_argument("--all", action="store_true", help="a manifest for every candidate (every point of a front)")
+    p.add_argument("--out", default=None, help="write the manifests here (default: RUN_DIR/manifests)")
+    p.add_argument("--image", default=None, help="container image of the workers (default: the Dynamo runtime image "
+                   "of the candidate's backend)")
+    p.add_argument("--namespace", default=None, help="metadata.namespace of the manifests (default: none)")
     return parser
 
 

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Protocol, Sequence
 
 from spica_cli.exits import EXIT_NO_RESULT, EXIT_OK
 from spica_core.evaluate import Candidate
 from spica_core.run import lock
 from spica_core.run.identity import locate
-from spica_core.search import SweepSummary
+from spica_core.search import SweepSummary, Tally
 
 TOP = 10
 
@@ -32,16 +32,26 @@ def knobs(candidate: Candidate) -> str:
     return f"{batch} {router}{planner}"
 
 
-def render_summary(summary: SweepSummary) -> str:
-    ranking = summary.ranking
-    tally = summary.tally
+class Ranked(Protocol):
+    """What a table row needs: a ranked candidate or an emitted record."""
+
+    rank: int
+    score: float
+    used_gpus: int
+    candidate: Candidate
+    metrics: dict[str, float]
+    objectives: dict[str, float] | None
+
+
+def candidate_table(ranking: Sequence[Ranked], pareto: bool, objectives: Sequence[str]) -> list[str]:
+    """The top candidates, or the front, as aligned text lines (a title line first)."""
     lines: list[str] = []
-    if summary.pareto:
-        objs = summary.objectives
-        lines.append(f"Pareto front: {len(ranking)} non-dominated candidate(s), sorted by {objs[-1]}")
-        header = ["#", "mode", "backend", "parallel", "GPUs", "concurrency", *objs]
-        table = [[str(r.rank), r.mode, r.backend, r.parallel, str(r.used_gpus), _fmt(r.candidate.concurrency),
-                  *(_fmt((r.objectives or {}).get(o)) for o in objs)] for r in ranking]
+    if pareto:
+        lines.append(f"Pareto front: {len(ranking)} non-dominated candidate(s), sorted by {objectives[-1]}")
+        header = ["#", "mode", "backend", "parallel", "GPUs", "concurrency", *objectives]
+        table = [[str(r.rank), r.candidate.mode, r.candidate.backend, r.candidate.parallel.label(), str(r.used_gpus),
+                  _fmt(r.candidate.concurrency), *(_fmt((r.objectives or {}).get(o)) for o in objectives)]
+                 for r in ranking]
     else:
         lines.append(f"Top {min(TOP, len(ranking))} of {len(ranking)} candidate(s) (score: higher is better)")
         header = ["#", "score", "mode", "backend", "parallel", "GPUs", "seqs/tokens router planner", "tok/s",
@@ -49,17 +59,28 @@ def render_summary(summary: SweepSummary) -> str:
         table = []
         for r in ranking[:TOP]:
             m = r.metrics
-            table.append([str(r.rank), _fmt(r.score), r.mode, r.backend, r.parallel, str(r.used_gpus),
-                          knobs(r.candidate), _fmt(m.get("output_throughput_tok_s")), _fmt(m.get("mean_ttft_ms")),
+            table.append([str(r.rank), _fmt(r.score), r.candidate.mode, r.candidate.backend,
+                          r.candidate.parallel.label(), str(r.used_gpus), knobs(r.candidate),
+                          _fmt(m.get("output_throughput_tok_s")), _fmt(m.get("mean_ttft_ms")),
                           _fmt(m.get("mean_tpot_ms"))])
     widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h) for i, h in enumerate(header)]
     lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths)))
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in table]
+    return lines
+
+
+def tally_lines(tally: Tally) -> list[str]:
+    lines = [f"tally: {tally.feasible} feasible of {tally.attempts} attempts; {tally.infeasible} infeasible, "
+             f"{tally.failed} failed, {tally.unsupported} unsupported, {tally.cache_hits} cache hits"]
+    lines += [f"  {n} × {reason}" for reason, n in tally.top_reasons()]
+    return lines
+
+
+def render_summary(summary: SweepSummary) -> str:
+    tally = summary.tally
+    lines = candidate_table(summary.ranking, summary.pareto, summary.objectives)
     lines.append("")
-    lines.append(f"tally: {tally.feasible} feasible of {tally.attempts} attempts; {tally.infeasible} infeasible, "
-                 f"{tally.failed} failed, {tally.unsupported} unsupported, {tally.cache_hits} cache hits")
-    for reason, n in tally.top_reasons():
-        lines.append(f"  {n} × {reason}")
+    lines += tally_lines(tally)
     lines.append(f"search time: optimizer {tally.optimizer_seconds:.1f} s, replays {tally.replay_seconds:.1f} s "
                  "(summed over the workers)")
     if summary.load_predictor_winners:
@@ -70,7 +91,13 @@ def render_summary(summary: SweepSummary) -> str:
         lines.append(msg)
     for msg in summary.warnings:
         lines.append(f"warning: {msg}")
-    lines.append(f"artifacts: {summary.run_dir} (ranking.parquet, trials.parquet, ...)")
+    for rank, why in summary.refused.items():
+        lines.append(f"no manifest for #{rank}: {why}")
+    lines.append(f"artifacts: {summary.run_dir} (candidates.parquet/.json/.csv, ranking.parquet, trials.parquet, ...)")
+    if summary.report:
+        lines.append(f"report: {summary.report} (and report.html)")
+    if summary.manifests:
+        lines.append("manifests: " + ", ".join(summary.manifests) + "  (kubectl apply -f FILE)")
     return "\n".join(lines)
 
 

@@ -100,3 +100,7 @@ class RunDirError(SpicaError):
 
 class TraceError(SpicaError):
     """The trace file breaks the mooncake format or the model's limits; names the file, line and field."""
+
+
+class ManifestError(SpicaError):
+    """A candidate cannot be expressed as a DynamoGraphDeployment; lists every field that cannot."""

@@ -27,7 +27,7 @@ from tasks.load_predictor import load_predictor_task
 from tasks.space import enumerate_branches_task, kv_filter_task
 from tasks.validate import validate_config
 
-STAGES = ["config", "branches", "shapes", "load_predictor", "trials", "ranking"]
+STAGES = ["config", "branches", "shapes", "load_predictor", "trials", "ranking", "candidates"]
 WORKLOAD = {"isl": 1000, "osl": 200, "num_request_ratio": 4, "concurrency": 16}
 
 
@@ -383,7 +383,8 @@ def test_a_finished_sweep_rerun_reads_every_stage_back(tmp_path: Path, calls: Ca
     assert calls.counts == {"legal_space": 1, "estimate_shapes": 1, "shape_kv": 1, "sweep_load_predictor": 1,
                             "evaluate_one": 2, "rank_trials": 1}
     written = stamps(tmp_path / "run")
-    assert sorted(written) == sorted(CATALOG[s].file for s in STAGES)
+    assert sorted(written) == sorted([*(CATALOG[s].file for s in STAGES),
+                                      *(f.rstrip("/") for f in CATALOG["candidates"].companions)])
     again = sweep(config_path=str(path), run_dir=str(tmp_path / "run"))
     assert calls.counts == {"legal_space": 1, "estimate_shapes": 1, "shape_kv": 1, "sweep_load_predictor": 1,
                             "evaluate_one": 2, "rank_trials": 1}

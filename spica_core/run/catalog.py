@@ -44,6 +44,7 @@ class Stage:
     row_type: str               # dotted path of the Python type the rows stand for
     rows_are: str               # what one row is, and how rows make up the row type
     inputs: tuple[str, ...]     # the named values the input fingerprint is formed from
+    companions: tuple[str, ...] = ()  # files the stage writes next to its Parquet, for people and kubectl
 
     def fingerprint(self, **inputs: Any) -> str:
         """Hash of exactly the declared inputs (JSON values); a missing or extra input is a bug."""
@@ -106,11 +107,19 @@ RANKING_SCHEMA: Final = pa.schema([
     ("metrics_json", pa.string()), ("sample_json", pa.string()), ("round", pa.int64()), ("trial", pa.int64()),
 ])
 
+CANDIDATES_SCHEMA: Final = pa.schema([
+    ("rank", pa.int64()), ("score", pa.float64()), ("used_gpus", pa.int64()), ("mode", pa.string()),
+    ("backend", pa.string()), ("parallel", pa.string()), ("round", pa.int64()), ("trial", pa.int64()),
+    ("config_json", pa.string()), ("metrics_json", pa.string()), ("objectives_json", pa.string()),
+    ("tally_json", pa.string()), ("provenance_json", pa.string()),
+])
+
 # Input names: "config" = the normalised config's fingerprint, "search_config" = the normalised config
 # after the goal's policy filtering (what the later stages search), "trace" = the trace content's
 # fingerprint (None for a synthetic workload), "engines" = the engine versions; a stage name = that
 # stage's input fingerprint; "context" = the search context's key (config after policy filtering and
-# the load-predictor result), "trials" = the trials file's content fingerprint.
+# the load-predictor result), "trials" = the trials file's content fingerprint, "ranking" = the ranking
+# file's content fingerprint, "options" = the emit options (how many manifests, image, namespace, PVC).
 _STAGES: Final = (
     Stage("config", "config.parquet", CONFIG_SCHEMA, "spica_core.run.identity.RunIdentity",
           "the one row: the run's identity, its normalised config (config_json) and resolved trace file",
@@ -132,7 +141,10 @@ _STAGES: Final = (
     Stage("ranking", "ranking.parquet", RANKING_SCHEMA, "spica_core.search.RankedCandidate",
           "one ranked candidate (scalar rank) or one member of the Pareto front",
           ("trials",)),
-    # emit's "candidates" stage is declared here when it lands.
+    Stage("candidates", "candidates.parquet", CANDIDATES_SCHEMA, "spica_core.emit.records.CandidateRecord",
+          "one emitted candidate (the ranked list, or the Pareto front) with the run's tally and provenance",
+          ("ranking", "options"),
+          companions=("candidates.json", "candidates.csv", "manifests/", "report.md", "report.html", "report/")),
 )
 
 CATALOG: Final[Mapping[str, Stage]] = {s.name: s for s in _STAGES}
@@ -209,6 +221,12 @@ class RunDir:
             raise RunDirError(f"{self.artifact(stage)} was computed from other inputs; "
                               f"rows for these inputs cannot be appended to it")
         return self.write(stage, [*old, *rows], inputs_fingerprint)
+
+    def input_fingerprint(self, stage: str) -> str | None:
+        """The fingerprint of the inputs a present artifact was computed from (provenance)."""
+        schema = self._schema(stage)
+        stored = (schema.metadata or {}).get(FINGERPRINT_KEY) if schema is not None else None
+        return stored.decode() if stored else None
 
     def read(self, stage: str) -> pa.Table:
         try:

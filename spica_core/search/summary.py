@@ -20,6 +20,9 @@ class SweepSummary:
     warnings: tuple[str, ...] = ()
     load_predictor_reason: str = ""
     load_predictor_winners: dict[int, Any] = field(default_factory=dict)
+    report: str | None = None                       # report.md, once the emit stage wrote it
+    manifests: tuple[str, ...] = ()                 # one DynamoGraphDeployment file per emitted candidate
+    refused: dict[int, str] = field(default_factory=dict)  # rank -> why no manifest could express it
 
 
 __all__ = ["SweepSummary"]

@@ -1,0 +1,26 @@
+"""``spica emit RUN_DIR``: write the manifests again from a finished run, without replaying anything."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from spica_cli.exits import EXIT_NO_RESULT, EXIT_OK
+from spica_cli.show import nothing_feasible
+from spica_core.emit import EmitOptions, FinishedRun, write_manifests
+from spica_core.emit.outputs import MANIFESTS_DIR
+
+
+def emit_command(run_dir: str, top: int, all_: bool, out: str | None, image: str | None,
+                 namespace: str | None) -> int:
+    run = FinishedRun.open(run_dir)
+    if not run.records:
+        print(f"error: {nothing_feasible(run)}")
+        return EXIT_NO_RESULT
+    options = EmitOptions.for_goal(run.config.goal, top, all_, image=image, namespace=namespace)
+    folder = Path(out) if out else run.run_dir.path / MANIFESTS_DIR
+    provenance = run.records[0].provenance
+    written, refused = write_manifests(folder, run.records, options, provenance)
+    for rank, path in written.items():
+        print(f"#{rank}: {path}")
+    for rank, why in refused.items():
+        print(f"#{rank}: no manifest: {why}")
+    return EXIT_OK if written else EXIT_NO_RESULT

@@ -1,0 +1,871 @@
+"""The run report: ``report.md`` and ``report.html`` in the run folder, with PNG plots in ``report/``.
+
+:func:`render_markdown` is pure (it reads the trace, never writes); :func:`write_report` draws the
+plots with matplotlib's Agg canvas (a :class:`~matplotlib.figure.Figure` without pyplot: no global
+state, safe in threads) and writes every file atomically.
+
+The report shows the goal and SLA, the workload (the trace's request rate over time), the plots
+(front or score against GPUs, best score so far per branch, scores by backend × strategy), the
+winner next to the runner-up and what it gives up, AI Configurator's analytic estimate next to the
+replay for static agg candidates, the outcome tally with its reasons, links to the files and the
+provenance.
+"""
+from __future__ import annotations
+
+import io
+import math
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spica_core.config.model import MINIMIZED_TARGETS, OptimizationTarget, SmartSearchConfig
+from spica_core.emit.records import CandidateRecord, Provenance
+from spica_core.errors import SpicaError
+from spica_core.evaluate.candidate import Candidate
+from spica_core.evaluate.evaluator import Status
+from spica_core.evaluate.scoring import avg_gpu
+from spica_core.search.trials import Tally, Trial
+from spica_core.space.branches import config_strategy
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from spica_core.emit.aic_estimate import AICEstimate
+
+REPORT_MD = "report.md"
+REPORT_HTML = "report.html"
+PLOTS_DIR = "report"
+PLOT_NAMES = ("front", "progress", "by_backend", "trace_rate")
+CANDIDATE_FILES = ("candidates.parquet", "candidates.json", "candidates.csv")
+FIGSIZE = (6.0, 4.0)
+DPI = 110
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    """Everything the report shows; the emit stage builds it from the run's artifacts."""
+
+    config: SmartSearchConfig
+    records: Sequence[CandidateRecord]          # the ranked list or the front, rank order
+    emitted: Sequence[int]                      # ranks that got manifests
+    manifests: Mapping[int, str]                # rank -> manifest path relative to the run dir
+    trials: Sequence[Trial]                     # every attempt (feasible ones have score/objectives/metrics)
+    tally: Tally
+    provenance: Provenance
+    trace_file: Path | None
+    aic: Mapping[int, AICEstimate | str | None]  # rank -> estimate (static agg only); a str is why there is none
+    pareto: bool
+    objectives: tuple[str, ...]                 # objective names (goal.objectives values)
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    markdown: Path
+    html: Path
+    plots: tuple[Path, ...]
+
+
+# ---------------------------------------------------------------- metrics and number formatting
+
+_TARGETS: dict[str, tuple[str, str]] = {       # objective -> (label, unit)
+    "throughput": ("throughput", "tok/s"),
+    "throughput_per_gpu": ("throughput per GPU", "tok/s/GPU"),
+    "throughput_per_user": ("throughput per user", "tok/s/user"),
+    "e2e_latency": ("mean E2E latency", "ms"),
+    "goodput": ("goodput", "tok/s"),
+    "goodput_per_gpu": ("goodput per GPU", "tok/s/GPU"),
+}
+
+# (label, metric key, unit, higher is better): the winner / runner-up comparison, in this order
+COMPARED: tuple[tuple[str, str, str, bool], ...] = (
+    ("TTFT mean", "mean_ttft_ms", "ms", False),
+    ("TTFT p99", "p99_ttft_ms", "ms", False),
+    ("ITL mean", "mean_itl_ms", "ms", False),
+    ("ITL p99", "p99_itl_ms", "ms", False),
+    ("TPOT mean", "mean_tpot_ms", "ms", False),
+    ("E2E mean", "mean_e2e_latency_ms", "ms", False),
+    ("E2E p99", "p99_e2e_latency_ms", "ms", False),
+    ("throughput", "output_throughput_tok_s", "tok/s", True),
+    ("throughput per GPU", "output_throughput_tok_s_per_gpu", "tok/s/GPU", True),
+    ("throughput per user", "mean_output_token_throughput_per_user", "tok/s/user", True),
+    ("goodput", "goodput_output_throughput_tok_s", "tok/s", True),
+    ("goodput per GPU", "goodput_output_throughput_tok_s_per_gpu", "tok/s/GPU", True),
+    ("GPUs", "used_gpus", "", False),
+    ("avg GPUs", "avg_gpus", "", False),
+    ("GPU-hours", "gpu_hours", "h", False),
+)
+
+
+def fmt(value: Any, unit: str = "") -> str:
+    """A number for a person: thousands separators, about three significant digits, the unit after."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        text = f"{value:,}"
+    else:
+        v = float(value)
+        if math.isnan(v):
+            return "—"
+        if math.isinf(v):
+            text = "∞" if v > 0 else "-∞"
+        elif v == 0:
+            text = "0"
+        elif abs(v) >= 100:
+            text = f"{v:,.0f}"
+        elif abs(v) >= 10:
+            text = f"{v:.1f}"
+        elif abs(v) >= 1:
+            text = f"{v:.2f}"
+        else:
+            text = f"{v:.3g}"
+    return f"{text} {unit}" if unit else text
+
+
+def _signed_fmt(delta: float, unit: str) -> str:
+    sign = "+" if delta > 0 else "-" if delta < 0 else "±"
+    return sign + fmt(abs(delta), unit)
+
+
+def _difference(a: float, b: float, unit: str) -> str:
+    """a − b with its unit, and relative to b."""
+    d = a - b
+    text = _signed_fmt(d, unit)
+    if b != 0 and math.isfinite(d):
+        text += f" ({d / abs(b) * 100:+.1f}%)"
+    return text
+
+
+def derived_metrics(metrics: Mapping[str, float], used_gpus: int | None = None) -> dict[str, float]:
+    """The metrics plus what follows from them: time-averaged GPUs and the per-GPU rates."""
+    out = {k: float(v) for k, v in metrics.items() if v is not None}
+    g = out.get("avg_gpus") or avg_gpu(out)
+    if g > 0:
+        out.setdefault("avg_gpus", g)
+        for key in ("output_throughput_tok_s", "goodput_output_throughput_tok_s"):
+            if key in out:
+                out.setdefault(f"{key}_per_gpu", out[key] / g)
+    if used_gpus is not None:
+        out["used_gpus"] = float(used_gpus)
+    return out
+
+
+def _target_label(objective: str) -> tuple[str, str]:
+    return _TARGETS.get(objective, (objective, ""))
+
+
+def _direction(objective: str) -> str:
+    return "lower is better" if _minimised(objective) else "higher is better"
+
+
+def _minimised(objective: str) -> bool:
+    try:
+        return OptimizationTarget(objective) in MINIMIZED_TARGETS
+    except ValueError:
+        return False
+
+
+def _cell(text: Any) -> str:
+    """Safe inside a Markdown table cell."""
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(_cell(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+# ---------------------------------------------------------------- what a score means
+
+class _Goal:
+    """Turns stored scores into the raw value a person reads (scores are higher-is-better)."""
+
+    def __init__(self, inputs: ReportInputs):
+        self.pareto = inputs.pareto
+        self.objectives = tuple(inputs.objectives) or tuple(o.value for o in inputs.config.goal.objectives)
+        self.first = self.objectives[0]
+
+    def raw(self, score: float) -> float:
+        """The first objective's value: a scalar score is signed; a Pareto score is already raw."""
+        return score if self.pareto or not _minimised(self.first) else -score
+
+    def better_key(self, score: float) -> float:
+        """Higher is better, for both kinds of score."""
+        return -score if self.pareto and _minimised(self.first) else score
+
+    def axis_label(self) -> str:
+        label, unit = _target_label(self.first)
+        return f"{label} ({unit})" if unit else label
+
+
+def _feasible(trials: Sequence[Trial]) -> list[Trial]:
+    """Feasible trials with a replay of their own (cache hits repeat one) and a score."""
+    return [t for t in trials if t.is_evaluated_success and t.score is not None]
+
+
+def _is_static_agg(candidate: Candidate) -> bool:
+    return candidate.mode == "agg" and not candidate.planner.scales
+
+
+def _describe(record: CandidateRecord) -> str:
+    c = record.candidate
+    return f"{c.mode} {c.backend} {c.parallel.label()}"
+
+
+# ---------------------------------------------------------------- the trace
+
+
+@dataclass(frozen=True)
+class TraceProfile:
+    requests: int
+    duration_s: float
+    mean_isl: float
+    mean_osl: float
+    bin_s: float
+    rates: tuple[float, ...]         # requests/s per bin, from the first arrival
+
+    @property
+    def mean_rps(self) -> float:
+        return self.requests / self.duration_s if self.duration_s > 0 else 0.0
+
+    @property
+    def peak_rps(self) -> float:
+        return max(self.rates, default=0.0)
+
+
+def _whole(value: float) -> float | int:
+    """An integral float as an int, so it prints without decimals."""
+    return int(value) if float(value).is_integer() else value
+
+
+def _seconds(value: float) -> str:
+    return fmt(_whole(value), "s")
+
+
+_NICE_BINS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)
+
+
+def trace_profile(path: Path, bins: int = 60) -> TraceProfile:
+    """Arrivals per time bin (about ``bins`` bins of a round width) and mean lengths of a mooncake trace."""
+    from spica_core.evaluate.traces import read_trace
+
+    stamps: list[float] = []
+    total_in = total_out = 0
+    for row in read_trace(path):
+        stamps.append(row.timestamp_ms / 1000.0)
+        total_in += row.input_length
+        total_out += row.output_length
+    n = len(stamps)
+    if n == 0:
+        return TraceProfile(0, 0.0, 0.0, 0.0, 1.0, ())
+    start, end = min(stamps), max(stamps)
+    span = end - start
+    width = float(next((b for b in _NICE_BINS if b * bins >= span), math.ceil(span / bins)))
+    counts = [0] * (int(span // width) + 1)
+    for s in stamps:
+        counts[int((s - start) // width)] += 1
+    return TraceProfile(n, span, total_in / n, total_out / n, width, tuple(c / width for c in counts))
+
+
+# ---------------------------------------------------------------- markdown
+
+
+def render_markdown(inputs: ReportInputs, plots: Mapping[str, str]) -> str:
+    """The whole report as Markdown; ``plots`` maps a plot name (see PLOT_NAMES) to its relative PNG path."""
+    goal = _Goal(inputs)
+    lines: list[str] = ["# Spica sweep report", ""]
+    ss = inputs.config.search_space
+    lines.append(f"{ss.model_name} on {ss.hardware_sku}, GPU budget {ss.gpu_budget}; "
+                 f"modes {', '.join(ss.deployment_mode)}; backends {', '.join(ss.backend)}.")
+    lines.append("")
+    lines += _goal_section(inputs, goal)
+    lines += _workload_section(inputs, plots)
+    lines += _results_section(inputs, goal, plots)
+    lines += _winner_section(inputs, goal)
+    lines += _aic_section(inputs)
+    lines += _tally_section(inputs)
+    lines += _files_section(inputs)
+    lines += _provenance_section(inputs.provenance)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _goal_section(inputs: ReportInputs, goal: _Goal) -> list[str]:
+    config = inputs.config
+    lines = ["## Goal and SLA", ""]
+    if goal.pareto:
+        parts = [f"{o} ({_target_label(o)[1]}, {_direction(o)})" for o in goal.objectives]
+        lines.append(f"- goal: Pareto front over {', '.join(parts)}")
+    else:
+        label, unit = _target_label(goal.first)
+        lines.append(f"- goal: {goal.first}: {label} ({unit}, {_direction(goal.first)}); ties go to fewer GPUs")
+    sla = config.goal.sla
+    if sla is None or not sla.model_dump(exclude_none=True):
+        lines.append("- SLA: none")
+    else:
+        parts = [f"{name} ≤ {fmt(_whole(value), 'ms')}" for name, value in
+                 (("TTFT", sla.ttft_ms), ("ITL", sla.itl_ms), ("E2E", sla.e2e_ms)) if value is not None]
+        lines.append(f"- SLA: {', '.join(parts)} (it enters goodput only; it is not a gate)")
+    sweep = config.sweep
+    lines.append(f"- search: {sweep.policy.value}, {sweep.max_rounds} rounds × {sweep.per_round} per round, "
+                 f"seed {sweep.seed}")
+    lines.append("")
+    return lines
+
+
+def _workload_section(inputs: ReportInputs, plots: Mapping[str, str]) -> list[str]:
+    w = inputs.config.workload
+    lines = ["## Workload", ""]
+    if w.is_trace:
+        name = inputs.trace_file.name if inputs.trace_file is not None else w.trace_path
+        lines.append(f"- trace: `{name}` ({w.trace_format})")
+        if w.arrival_speedup_ratio != 1.0:
+            lines.append(f"- arrivals replayed {fmt(w.arrival_speedup_ratio)}× as fast as recorded")
+        if w.replay_concurrency is not None:
+            lines.append(f"- replay concurrency cap: {fmt(w.replay_concurrency)} in flight")
+        profile: TraceProfile | None = None
+        if inputs.trace_file is not None:
+            try:
+                profile = trace_profile(inputs.trace_file)
+            except (OSError, SpicaError) as exc:  # a report renders whatever became of the trace
+                lines.append(f"- the trace could not be read: {exc}")
+        else:
+            lines.append("- the trace file is not available to this report (a copied run folder)")
+        if profile is not None:
+            lines.append(f"- {fmt(profile.requests)} requests over {fmt(profile.duration_s, 's')}: mean "
+                         f"{fmt(profile.mean_rps, 'req/s')}, peak {fmt(profile.peak_rps, 'req/s')} "
+                         f"(per {_seconds(profile.bin_s)} bin)")
+            lines.append(f"- mean ISL {fmt(profile.mean_isl, 'tokens')}, mean OSL {fmt(profile.mean_osl, 'tokens')}")
+        if "trace_rate" in plots:
+            lines += ["", f"![requests per second over time]({plots['trace_rate']})"]
+    else:
+        lines.append(f"- synthetic: ISL {fmt(w.isl, 'tokens')}, OSL {fmt(w.osl, 'tokens')}")
+        if w.request_rate is not None:
+            load = f"open loop at {fmt(w.request_rate, 'req/s')}"
+        elif w.concurrency is not None:
+            load = f"closed loop, {fmt(w.concurrency)} requests in flight"
+        elif w.kv_load_range is not None:
+            lo, hi = w.kv_load_range
+            load = f"closed loop, KV load ratio searched in [{fmt(lo)}, {fmt(hi)}] of KV capacity"
+        else:
+            load = f"closed loop, KV load ratio {fmt(w.kv_load_ratio)} of KV capacity"
+        lines.append(f"- load: {load}")
+        if w.num_request_ratio is not None:
+            count = w.concurrency or w.request_rate
+            extra = (f" ({fmt(round(w.num_request_ratio * count) * w.turns_per_session)} requests)"
+                     if count is not None else "")
+            lines.append(f"- num_request_ratio {fmt(w.num_request_ratio)}{extra}")
+        if w.shared_prefix_ratio > 0 or w.num_prefix_groups > 0:
+            lines.append(f"- shared prefix: {fmt(w.shared_prefix_ratio * 100)}% of the prompt, "
+                         f"{fmt(w.num_prefix_groups)} groups")
+        if w.turns_per_session > 1:
+            lines.append(f"- {fmt(w.turns_per_session)} turns per session, "
+                         f"{fmt(w.inter_turn_delay_ms, 'ms')} between turns")
+    lines.append("")
+    return lines
+
+
+def _results_section(inputs: ReportInputs, goal: _Goal, plots: Mapping[str, str]) -> list[str]:
+    lines = ["## Results", ""]
+    feasible = _feasible(inputs.trials)
+    if not inputs.records:
+        lines += _no_candidate(inputs.tally)
+    else:
+        what = "points of the Pareto front" if goal.pareto else "ranked candidates"
+        lines.append(f"{len(inputs.records)} {what} from {fmt(len(feasible))} feasible evaluation(s); "
+                     f"{len(inputs.emitted)} emitted as manifests.")
+        lines.append("")
+    captions = {"front": "Pareto front (emitted points marked)" if goal.pareto
+                else f"{goal.axis_label()} against GPUs used (ranked and emitted candidates marked)",
+                "progress": "best score so far against evaluations, per branch",
+                "by_backend": "scores by backend and parallel strategy"}
+    for name, caption in captions.items():
+        if name in plots:
+            lines += [f"![{caption}]({plots[name]})", ""]
+    if inputs.records:
+        lines += _candidates_table(inputs, goal)
+    return lines
+
+
+def _no_candidate(tally: Tally) -> list[str]:
+    top = tally.top_reasons(3)
+    lines = [f"**No feasible candidate**: none of the {fmt(tally.attempts)} attempt(s) was feasible "
+             f"({fmt(tally.infeasible)} infeasible, {fmt(tally.failed)} failed, {fmt(tally.unsupported)} "
+             "unsupported)."]
+    if top:
+        lines.append("Top reasons: " + "; ".join(f"{reason} ({n}×)" for reason, n in top) + ".")
+    lines.append("")
+    return lines
+
+
+def _candidates_table(inputs: ReportInputs, goal: _Goal) -> list[str]:
+    emitted = set(inputs.emitted)
+    value_cols = [f"{o} ({_target_label(o)[1]})" for o in goal.objectives]
+    header = ["rank", "mode", "backend", "parallel", "strategy", "GPUs", *value_cols,
+              "throughput", "TTFT mean", "ITL mean", "manifest"]
+    rows = []
+    for r in inputs.records:
+        m = derived_metrics(r.metrics)
+        c = r.candidate
+        if goal.pareto:
+            values = [fmt((r.objectives or {}).get(o), _target_label(o)[1]) for o in goal.objectives]
+        else:
+            values = [fmt(goal.raw(r.score), _target_label(goal.first)[1])]
+        itl = m.get("mean_itl_ms", m.get("mean_tpot_ms"))
+        link = inputs.manifests.get(r.rank)
+        manifest = f"[{link}]({link})" if link else ("emitted" if r.rank in emitted else "")
+        rows.append([r.rank, c.mode, c.backend, c.parallel.label(), config_strategy(c.parallel), r.used_gpus,
+                     *values, fmt(m.get("output_throughput_tok_s"), "tok/s"), fmt(m.get("mean_ttft_ms"), "ms"),
+                     fmt(itl, "ms"), manifest])
+    return [*_table(header, rows), ""]
+
+
+def _winner_section(inputs: ReportInputs, goal: _Goal) -> list[str]:
+    if not inputs.records:
+        return []
+    winner = inputs.records[0]
+    lines = ["## The winner and why", ""]
+    lines.append(f"Rank {winner.rank}: **{_describe(winner)}** ({fmt(winner.used_gpus)} GPUs, found in round "
+                 f"{winner.round + 1}).")
+    if len(inputs.records) < 2:
+        feasible = inputs.tally.feasible
+        lines += ["", "It is the only ranked candidate" + (f" ({fmt(feasible)} feasible evaluation(s))."
+                                                            if feasible else "."), ""]
+        lines += _metrics_table([("winner", winner)])
+        return lines
+    runner = inputs.records[1]
+    lines += ["", *_why(goal, winner, runner, inputs.config.search_space.gpu_budget), ""]
+    lines += _metrics_table([(f"winner (rank {winner.rank})", winner), (f"runner-up (rank {runner.rank})", runner)],
+                            diff=True)
+    gives = _gives_up(winner, runner)
+    lines.append(f"**What the winner gives up** (where the runner-up, {_describe(runner)}, is better):")
+    lines.append("")
+    lines += [f"- {g}" for g in gives] if gives else ["- nothing: it is at least as good on every metric shown"]
+    lines.append("")
+    return lines
+
+
+def _why(goal: _Goal, winner: CandidateRecord, runner: CandidateRecord, budget: int) -> list[str]:
+    if goal.pareto:
+        w, r = winner.objectives or {}, runner.objectives or {}
+        better = [o for o in goal.objectives if o in w and o in r
+                  and (w[o] < r[o] if _minimised(o) else w[o] > r[o])]
+        worse = [o for o in goal.objectives if o in w and o in r
+                 and (w[o] > r[o] if _minimised(o) else w[o] < r[o])]
+        parts = ", ".join(f"{o} {fmt(w[o], _target_label(o)[1])} vs {fmt(r[o], _target_label(o)[1])}"
+                          for o in goal.objectives if o in w and o in r)
+        return [f"A Pareto front has no single winner: rank {winner.rank} is the first point of the front "
+                f"(ordered by {goal.objectives[-1]}) and is compared with its neighbour, rank {runner.rank}. "
+                f"Neither dominates the other: {parts}; rank {winner.rank} is better on "
+                f"{', '.join(better) or 'nothing'} and worse on {', '.join(worse) or 'nothing'}."]
+    label, unit = _target_label(goal.first)
+    wv, rv = goal.raw(winner.score), goal.raw(runner.score)
+    if winner.score == runner.score:
+        return [f"Tied on {label} ({fmt(wv, unit)}); the winner uses fewer GPUs "
+                f"({fmt(winner.used_gpus)} vs {fmt(runner.used_gpus)}), which breaks the tie."]
+    return [f"Best {label}: {fmt(wv, unit)} vs the runner-up's {fmt(rv, unit)}, {_difference(wv, rv, unit)}, "
+            f"within the GPU budget ({fmt(winner.used_gpus)} of {fmt(budget)} GPUs)."]
+
+
+def _metrics_table(columns: Sequence[tuple[str, CandidateRecord]], diff: bool = False) -> list[str]:
+    values = [derived_metrics(r.metrics, r.used_gpus) for _, r in columns]
+    header = ["metric", *(name for name, _ in columns)] + (["difference"] if diff else [])
+    rows = []
+    for label, key, unit, _ in COMPARED:
+        if not any(key in v for v in values):
+            continue
+        row = [label, *(fmt(_value(key, v.get(key)), unit) for v in values)]
+        if diff:
+            a, b = _value(key, values[0].get(key)), _value(key, values[1].get(key))
+            row.append(_difference(a, b, unit) if a is not None and b is not None else "—")
+        rows.append(row)
+    return [*_table(header, rows), ""]
+
+
+def gives_up(winner: Mapping[str, float], runner: Mapping[str, float]) -> list[tuple[str, float, float, str]]:
+    """(label, winner value, runner-up value, unit) for every compared metric where the runner-up is better."""
+    out = []
+    for label, key, unit, higher in COMPARED:
+        if key not in winner or key not in runner:
+            continue
+        a, b = winner[key], runner[key]
+        if (a < b) if higher else (a > b):
+            out.append((label, _value(key, a), _value(key, b), unit))
+    return out
+
+
+def _gives_up(winner: CandidateRecord, runner: CandidateRecord) -> list[str]:
+    w = derived_metrics(winner.metrics, winner.used_gpus)
+    r = derived_metrics(runner.metrics, runner.used_gpus)
+    lines = []
+    for label, a, b, unit in gives_up(w, r):
+        lines.append(f"{label}: {fmt(a, unit)} vs {fmt(b, unit)}, {_difference(a, b, unit)}")
+    return lines
+
+
+def _value(key: str, value: float | None) -> float | int | None:
+    """GPU counts are whole numbers."""
+    return int(value) if key == "used_gpus" and value is not None else value
+
+
+def _aic_section(inputs: ReportInputs) -> list[str]:
+    if not any(_is_static_agg(r.candidate) or r.rank in inputs.aic for r in inputs.records):
+        return []  # nothing AIC's static agg estimate applies to
+    shown = inputs.records
+    lines = ["## AI Configurator's estimate (static agg)", "",
+             "AI Configurator's own analytic estimate of the same config, next to the replay's number.", ""]
+    for r in shown:
+        est = inputs.aic.get(r.rank)
+        title = f"- rank {r.rank} ({_describe(r)}):"
+        if est is None or isinstance(est, str):
+            why = est if isinstance(est, str) and est else _no_estimate_reason(r, r.rank in inputs.aic)
+            lines += [f"{title} no AIC estimate" + (f" ({why})" if why else ""), ""]
+            continue
+        source = getattr(est, "source", "")
+        asked = getattr(est, "requested_concurrency", 0)
+        point = f"concurrency {fmt(int(est.concurrency))}" + (
+            f" (asked {fmt(int(asked))})" if asked and asked != est.concurrency else "")
+        lines += [f"{title} at ISL {fmt(int(est.isl))}, OSL {fmt(int(est.osl))}, {point}"
+                  + (f"; source: {source}" if source else ""), ""]
+        if getattr(est, "kv_cache_warning", None):
+            lines += [f"  AIC warns: {est.kv_cache_warning}", ""]
+        m = derived_metrics(r.metrics)
+        tpot = m.get("mean_tpot_ms", m.get("mean_itl_ms"))
+        pairs = (("TTFT mean", est.ttft_ms, m.get("mean_ttft_ms"), "ms"),
+                 ("TPOT / ITL mean", est.tpot_ms, tpot, "ms"),
+                 ("throughput", est.output_throughput_tok_s, m.get("output_throughput_tok_s"), "tok/s"),
+                 ("throughput per GPU", est.output_throughput_tok_s_per_gpu,
+                  m.get("output_throughput_tok_s_per_gpu"), "tok/s/GPU"))
+        rows = [[label, fmt(a, unit), fmt(b, unit), _difference(b, a, unit) if a is not None and b is not None
+                 else "—"] for label, a, b, unit in pairs]
+        lines += _table(["metric", "AI Configurator", "replay", "replay − AIC"], rows)
+        lines.append("")
+    return lines
+
+
+def _no_estimate_reason(record: CandidateRecord, asked: bool) -> str:
+    c = record.candidate
+    if c.mode != "agg":
+        return "disagg: AIC's estimate is for a static agg deployment"
+    if c.planner.scales:
+        return "the planner scales replicas: not a static deployment"
+    if asked:
+        return ("AIC has no analytic answer for it: no perf database, an unknown model or SKU, a shape or "
+                "quant mode AIC cannot model, or it does not fit in GPU memory")
+    return "not estimated"
+
+
+def _tally_section(inputs: ReportInputs) -> list[str]:
+    t = inputs.tally
+    lines = ["## Outcome tally", ""]
+    lines.append(f"{fmt(t.attempts)} attempts: {fmt(t.feasible)} feasible, {fmt(t.infeasible)} infeasible, "
+                 f"{fmt(t.failed)} failed, {fmt(t.unsupported)} unsupported, {fmt(t.cache_hits)} cache hits.")
+    lines.append(f"Replay time {fmt(t.replay_seconds, 's')} (summed over workers), optimizer time "
+                 f"{fmt(t.optimizer_seconds, 's')}.")
+    lines.append("")
+    if t.reasons:
+        kinds = _reason_kinds(inputs.trials)
+        rows = [[reason, ", ".join(sorted(kinds.get(reason, ()))) or "—", n]
+                for reason, n in sorted(t.reasons.items(), key=lambda kv: (-kv[1], kv[0]))]
+        lines += [*_table(["reason", "outcome", "count"], rows), ""]
+    return lines
+
+
+def _reason_kinds(trials: Sequence[Trial]) -> dict[str, set[str]]:
+    from spica_core.search.trials import _reason_class  # the tally's own grouping of reasons
+
+    out: dict[str, set[str]] = {}
+    for trial in trials:
+        if trial.cache_hit or trial.status is Status.feasible:
+            continue
+        out.setdefault(_reason_class(trial.reason or trial.status.value), set()).add(trial.status.value)
+    return out
+
+
+def _files_section(inputs: ReportInputs) -> list[str]:
+    lines = ["## Files", ""]
+    lines.append("- candidates: " + ", ".join(f"[{name}]({name})" for name in CANDIDATE_FILES))
+    if inputs.manifests:
+        lines.append("- manifests:")
+        lines += [f"  - rank {rank}: [{path}]({path})" for rank, path in sorted(inputs.manifests.items())]
+    else:
+        lines.append("- manifests: none written")
+    lines.append("")
+    return lines
+
+
+def _provenance_section(p: Provenance) -> list[str]:
+    rows: list[list[Any]] = [["spica", p.spica_version], ["ai-dynamo-runtime (replay)", p.replay_runtime],
+                             ["aiconfigurator-core", p.aiconfigurator_core]]
+    rows += [[f"perf DB ({backend})", version] for backend, version in sorted(p.perf_db_versions.items())]
+    rows += [["timing source", p.timing_source], ["config fingerprint", f"`{p.config_fingerprint}`"],
+             ["trace fingerprint", f"`{p.trace_fingerprint}`" if p.trace_fingerprint else "—"]]
+    rows += [[f"stage {stage}", f"`{fp}`"] for stage, fp in sorted(p.stage_fingerprints.items())]
+    return ["## Provenance", "", *_table(["what", "value"], rows), ""]
+
+
+# ---------------------------------------------------------------- HTML
+
+_CSS = """
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; max-width: 60rem; margin: 2rem auto;
+       padding: 0 1rem; color: #1d1d1f; line-height: 1.45; }
+h1, h2 { border-bottom: 1px solid #ddd; padding-bottom: .2rem; }
+table { border-collapse: collapse; margin: .6rem 0; font-size: .9rem; }
+th, td { border: 1px solid #ccc; padding: .25rem .55rem; text-align: left; }
+th { background: #f3f3f3; }
+tr:nth-child(even) td { background: #fafafa; }
+img { max-width: 100%; height: auto; display: block; margin: .5rem 0; }
+code { background: #f3f3f3; padding: 0 .2rem; border-radius: 3px; font-size: .85rem; }
+"""
+
+
+def render_html(markdown_text: str, title: str = "Spica sweep report") -> str:
+    """The Markdown as a standalone page; images stay relative links (they sit next to it)."""
+    import markdown
+
+    body = markdown.markdown(markdown_text, extensions=["tables"], output_format="html")
+    return (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{title}</title>\n"
+            f"<style>{_CSS}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n")
+
+
+# ---------------------------------------------------------------- plots
+
+
+def _figure() -> tuple[Figure, Any]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=FIGSIZE, dpi=DPI)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    ax.grid(True, alpha=0.3)
+    return fig, ax
+
+
+def _png(fig: Figure) -> bytes:
+    buffer = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buffer, format="png", dpi=DPI)
+    fig.clear()
+    return buffer.getvalue()
+
+
+def plot_front(inputs: ReportInputs) -> bytes | None:
+    """Pareto goal: the first two objectives, every feasible trial, the front and the emitted points.
+    Scalar goal: the score against GPUs used, the ranked and the emitted candidates marked."""
+    goal = _Goal(inputs)
+    feasible = _feasible(inputs.trials)
+    emitted = set(inputs.emitted)
+    if goal.pareto and len(goal.objectives) >= 2:
+        xo, yo = goal.objectives[0], goal.objectives[1]
+
+        def xy(objs: Mapping[str, float] | None) -> tuple[float, float] | None:
+            if not objs or xo not in objs or yo not in objs:
+                return None
+            return float(objs[xo]), float(objs[yo])
+
+        points = [p for t in feasible if (p := xy(t.objectives)) is not None]
+        front = [(r, p) for r in inputs.records if (p := xy(r.objectives)) is not None]
+        if not points and not front:
+            return None
+        fig, ax = _figure()
+        if points:
+            ax.scatter(*zip(*points), s=14, color="#9a9a9a", alpha=0.6, label="feasible trials")
+        if front:
+            line = sorted(p for _, p in front)
+            ax.plot(*zip(*line), "-o", color="#1f77b4", ms=5, label="front")
+        marked = [(r, p) for r, p in front if r.rank in emitted]
+        if marked:
+            ax.scatter(*zip(*(p for _, p in marked)), marker="*", s=160, color="#d62728", zorder=5, label="emitted")
+            for r, p in marked:
+                ax.annotate(f"#{r.rank}", p, textcoords="offset points", xytext=(6, 4), fontsize=8)
+        ax.set_xlabel(_axis(xo))
+        ax.set_ylabel(_axis(yo))
+        title = "Pareto front" + (f" (first two of {len(goal.objectives)} objectives)"
+                                  if len(goal.objectives) > 2 else "")
+        ax.set_title(title, fontsize=10)
+    else:
+        points = [(t.used_gpus, goal.raw(float(t.score))) for t in feasible if t.score is not None]
+        ranked = [(r, (r.used_gpus, goal.raw(r.score))) for r in inputs.records]
+        if not points and not ranked:
+            return None
+        fig, ax = _figure()
+        if points:
+            ax.scatter(*zip(*points), s=14, color="#9a9a9a", alpha=0.6, label="feasible trials")
+        if ranked:
+            ax.scatter(*zip(*(p for _, p in ranked)), s=36, facecolors="none", edgecolors="#1f77b4",
+                       label="ranked")
+        marked = [(r, p) for r, p in ranked if r.rank in emitted]
+        if marked:
+            ax.scatter(*zip(*(p for _, p in marked)), marker="*", s=160, color="#d62728", zorder=5, label="emitted")
+            for r, p in marked:
+                ax.annotate(f"#{r.rank}", p, textcoords="offset points", xytext=(6, 4), fontsize=8)
+        ax.set_xlabel("GPUs used")
+        ax.set_ylabel(goal.axis_label())
+        ax.set_title(f"{goal.first} against GPUs", fontsize=10)
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend(fontsize=8, loc="best")
+    return _png(fig)
+
+
+def _axis(objective: str) -> str:
+    label, unit = _target_label(objective)
+    return f"{label} ({unit})" if unit else label
+
+
+def progress_series(inputs: ReportInputs) -> dict[str, list[tuple[int, float]]]:
+    """Per branch: (evaluation number, best value so far) after every replayed attempt from the first feasible."""
+    goal = _Goal(inputs)
+    out: dict[str, list[tuple[int, float]]] = {}
+    modes = sorted({t.mode for t in inputs.trials})
+    for mode in modes:
+        ran = sorted((t for t in inputs.trials if t.mode == mode and not t.cache_hit
+                      and t.status is not Status.unsupported), key=lambda t: (t.round, t.trial))
+        best: float | None = None
+        series: list[tuple[int, float]] = []
+        for i, t in enumerate(ran, 1):
+            if t.status is Status.feasible and t.score is not None:
+                score = float(t.score)
+                if best is None or goal.better_key(score) > goal.better_key(best):
+                    best = score
+            if best is not None:
+                series.append((i, goal.raw(best)))
+        if series:
+            out[mode] = series
+    return out
+
+
+def plot_progress(inputs: ReportInputs) -> bytes | None:
+    series = progress_series(inputs)
+    if not series:
+        return None
+    goal = _Goal(inputs)
+    fig, ax = _figure()
+    for mode, points in series.items():
+        xs, ys = zip(*points)
+        ax.step(xs, ys, where="post", label=mode, lw=1.6)
+        ax.plot(xs[-1], ys[-1], "o", ms=4, color=ax.lines[-1].get_color())
+    ax.set_xlabel("evaluations (replays) in the branch")
+    ax.set_ylabel("best " + goal.axis_label())
+    ax.set_title("best so far, per branch" + (f" ({goal.first}, the front's first objective)"
+                                              if goal.pareto else ""), fontsize=10)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend(fontsize=8, loc="best")
+    return _png(fig)
+
+
+def backend_groups(inputs: ReportInputs) -> dict[str, list[float]]:
+    """``backend / mode strategy`` -> the first objective's value of each feasible trial."""
+    goal = _Goal(inputs)
+    groups: dict[str, list[float]] = {}
+    for t in _feasible(inputs.trials):
+        key = f"{t.backend}\n{t.mode} {config_strategy(t.parallel)}"
+        groups.setdefault(key, []).append(goal.raw(float(t.score)))  # type: ignore[arg-type]
+    return dict(sorted(groups.items()))
+
+
+def plot_by_backend(inputs: ReportInputs) -> bytes | None:
+    groups = backend_groups(inputs)
+    if not groups:
+        return None
+    import numpy as np
+
+    goal = _Goal(inputs)
+    fig, ax = _figure()
+    labels = list(groups)
+    data = [groups[k] for k in labels]
+    positions = list(range(1, len(labels) + 1))
+    ax.boxplot(data, positions=positions, widths=0.5, showfliers=False,
+               medianprops={"color": "#1f77b4"}, boxprops={"color": "#555555"})
+    rng = np.random.default_rng(0)
+    for pos, values in zip(positions, data):
+        jitter = rng.uniform(-0.15, 0.15, len(values))
+        ax.scatter(np.full(len(values), pos) + jitter, values, s=12, color="#d62728", alpha=0.6, zorder=3)
+    ax.set_xticks(positions)
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel(goal.axis_label())
+    ax.set_title("scores by backend × parallel strategy", fontsize=10)
+    return _png(fig)
+
+
+def plot_trace_rate(path: Path) -> bytes | None:
+    profile = trace_profile(path)
+    if not profile.rates:
+        return None
+    fig, ax = _figure()
+    xs = [i * profile.bin_s for i in range(len(profile.rates))]
+    ax.step(xs, profile.rates, where="post", color="#1f77b4", lw=1.4)
+    ax.axhline(profile.mean_rps, color="#d62728", ls="--", lw=1, label=f"mean {fmt(profile.mean_rps, 'req/s')}")
+    ax.set_xlabel("time since the first request (s)")
+    ax.set_ylabel(f"requests/s (per {_seconds(profile.bin_s)} bin)")
+    ax.set_title(f"trace arrivals: {fmt(profile.requests)} requests", fontsize=10)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, loc="best")
+    return _png(fig)
+
+
+# ---------------------------------------------------------------- files
+
+
+def _write_atomic(path: Path, data: bytes) -> Path:
+    """Write beside the target, then rename over it: a reader sees the old file or the new, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # the umask's permissions
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def draw_plots(inputs: ReportInputs) -> dict[str, bytes]:
+    """Every plot the inputs can fill, as PNG bytes by name (a plot with no data is left out)."""
+    out: dict[str, bytes] = {}
+    drawers: dict[str, Any] = {"front": lambda: plot_front(inputs), "progress": lambda: plot_progress(inputs),
+                               "by_backend": lambda: plot_by_backend(inputs)}
+    if inputs.config.workload.is_trace and inputs.trace_file is not None and inputs.trace_file.is_file():
+        drawers["trace_rate"] = lambda: plot_trace_rate(inputs.trace_file)  # type: ignore[arg-type]
+    for name, draw in drawers.items():
+        try:
+            png = draw()
+        except (OSError, SpicaError):  # an unreadable trace must not lose the rest of the report
+            if name != "trace_rate":
+                raise
+            png = None
+        if png is not None:
+            out[name] = png
+    return out
+
+
+def write_report(folder: Path, inputs: ReportInputs) -> ReportFiles:
+    """Draw the plots into ``folder/report/`` and write ``report.md`` and ``report.html`` next to them."""
+    folder = Path(folder)
+    plot_dir = folder / PLOTS_DIR
+    pngs = draw_plots(inputs)
+    written: list[Path] = []
+    relative: dict[str, str] = {}
+    for name in PLOT_NAMES:
+        path = plot_dir / f"{name}.png"
+        if name in pngs:
+            written.append(_write_atomic(path, pngs[name]))
+            relative[name] = f"{PLOTS_DIR}/{name}.png"
+        else:
+            path.unlink(missing_ok=True)  # a plot of an earlier emit that has no data now
+    text = render_markdown(inputs, relative)
+    md = _write_atomic(folder / REPORT_MD, text.encode())
+    html = _write_atomic(folder / REPORT_HTML, render_html(text).encode())
+    return ReportFiles(md, html, tuple(written))
+
+
+__all__ = ["ReportFiles", "ReportInputs", "render_html", "render_markdown", "write_report", "fmt",
+           "derived_metrics", "gives_up", "trace_profile", "progress_series", "backend_groups", "PLOT_NAMES"]

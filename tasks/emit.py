@@ -1,0 +1,38 @@
+"""Last stage: candidate files, DynamoGraphDeployment manifests and the report, from the ranking."""
+from __future__ import annotations
+
+from prefect import task
+from prefect.artifacts import create_link_artifact, create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.context import TaskRunContext
+
+from spica_core.emit import EmitOptions, Emitted, emit_outputs, load_records, provenance_of, records_of
+from spica_core.run.catalog import CATALOG
+from spica_core.run.fingerprint import file_fingerprint
+from spica_core.search import RankedCandidate, Tally, Trial
+from tasks.validate import ValidatedRun
+
+
+@task(name="emit candidates", cache_policy=NO_CACHE)
+def emit_task(run: ValidatedRun, ranking: list[RankedCandidate], trials: list[Trial],
+              options: EmitOptions | None = None) -> Emitted:
+    """Recomputed when the ranking or the options changed; the companion files are rewritten with it."""
+    rd = run.run_dir
+    options = options or EmitOptions.for_goal(run.search_config.goal)
+    ranking_fp = file_fingerprint(rd.artifact("ranking")) if rd.has("ranking") else None
+    inputs = CATALOG["candidates"].fingerprint(ranking=ranking_fp, options=options.fingerprint_value())
+    tally = Tally.of(trials)
+    provenance = provenance_of(rd, run.identity, run.config, ranking)
+    emitted = Emitted.on_disk(rd.path, load_records(rd), options) if rd.fresh("candidates", inputs) else None
+    if emitted is None:
+        records = records_of(ranking, tally, provenance)
+        rd.write("candidates", [r.to_row() for r in records], inputs)
+        emitted = emit_outputs(rd, records, options, config=run.search_config, trials=trials, tally=tally,
+                               provenance=provenance, trace_file=run.trace_file)
+    if TaskRunContext.get() is not None and emitted.report is not None:
+        key = f"spica-report-{run.identity.run_id[:12]}"
+        create_markdown_artifact(key=key, markdown=emitted.report.markdown.read_text(),
+                                 description=f"run {run.identity.run_id}: report")
+        create_link_artifact(key=f"spica-run-folder-{run.identity.run_id[:12]}",
+                             link=rd.path.resolve().as_uri(), description="the run folder")
+    return emitted

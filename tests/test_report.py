@@ -1,0 +1,382 @@
+"""The run report: report.md / report.html with PNG plots, from real typed inputs (no replay)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spica_core.config.model import SmartSearchConfig
+from spica_core.emit.aic_estimate import AICEstimate
+from spica_core.emit.records import CandidateRecord, Provenance
+from spica_core.emit.report import (
+    ReportFiles, ReportInputs, backend_groups, fmt, progress_series, render_markdown, trace_profile, write_report,
+)
+from spica_core.evaluate import Candidate, Status
+from spica_core.evaluate.traces import write_mooncake_trace, write_poisson_trace
+from spica_core.search import Tally, Trial, rank_trials
+from spica_core.space.parallel import ParallelConfig
+
+SPACE: dict[str, Any] = {"model_name": "Qwen/Qwen3-32B", "hardware_sku": "h200_sxm", "gpu_budget": 8,
+                         "deployment_mode": ["agg", "disagg"]}
+SYNTHETIC = {"isl": 4000, "osl": 200, "concurrency": 64, "num_request_ratio": 10}
+SCALAR_GOAL = {"target": "goodput", "sla": {"ttft_ms": 500, "itl_ms": 50}}
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def config(workload: dict[str, Any], goal: dict[str, Any]) -> SmartSearchConfig:
+    return SmartSearchConfig.from_dict({"search_space": SPACE, "workload": workload, "goal": goal})
+
+
+def candidate(mode: str, selection: dict[str, Any], parallel: dict[str, Any]) -> Candidate:
+    cfg = SmartSearchConfig.from_dict({"search_space": {**SPACE, "deployment_mode": [mode]},
+                                       "workload": {"trace_path": "t.jsonl"}})
+    return Candidate.unroll(cfg.search_space, {"deployment_mode": mode, "backend": "vllm", **selection},
+                            ParallelConfig.from_dict(mode, parallel))
+
+
+ROUTER = {"router_mode": "kv_router", "overlap_score_credit": 1.0, "prefill_load_scale": 4.0,
+          "router_temperature": 0.0}
+AGG_TP2 = candidate("agg", {"agg_max_num_seqs": 256, "agg_max_num_batched_tokens": 8192, **ROUTER,
+                            "planner_scaling_policy": "disabled"}, {"tp": 2})
+AGG_TP1 = candidate("agg", {"agg_max_num_seqs": 128, "agg_max_num_batched_tokens": 8192, **ROUTER,
+                            "planner_scaling_policy": "disabled"}, {"tp": 1})
+DISAGG = candidate("disagg", {"prefill_max_num_seqs": 4, "prefill_max_num_batched_tokens": 16384,
+                              "decode_max_num_seqs": 512, "decode_max_num_batched_tokens": 8192,
+                              "router_mode": "round_robin", "planner_scaling_policy": "disabled"},
+                   {"prefill": {"tp": 1}, "decode": {"tp": 2}})
+
+PROVENANCE = Provenance(spica_version="0.3.0", replay_runtime="1.6.1", aiconfigurator_core="0.12.0",
+                        perf_db_versions={"vllm": "0.24.0"}, config_fingerprint="cfg1234abcd",
+                        trace_fingerprint=None, stage_fingerprints={"trials": "trialsfp99"},
+                        timing_source="aiconfigurator-core perf database (h200_sxm) through Dynamo's offline replay")
+
+
+def metrics(gpus: int, **kw: float) -> dict[str, float]:
+    """Replay metrics over one hour with ``gpus`` GPUs provisioned throughout."""
+    return {"gpu_hours": float(gpus), "duration_ms": 3_600_000.0, **kw}
+
+
+def feasible(mode: str, trial: int, cand: Candidate, score: float, round_: int = 0, **kw: Any) -> Trial:
+    return Trial(mode, round_, trial, Status.feasible, cand.parallel, {}, {"backend": "vllm"}, candidate=cand,
+                 score=score, **kw)
+
+
+def failed(mode: str, trial: int, status: Status, reason: str, cand: Candidate = AGG_TP2) -> Trial:
+    return Trial(mode, 0, trial, status, cand.parallel, {}, {"backend": "vllm"}, reason=reason,
+                 candidate=cand if status is not Status.unsupported else None)
+
+
+def scalar_trials() -> list[Trial]:
+    agg_best = metrics(2, output_throughput_tok_s=2000.0, goodput_output_throughput_tok_s=1500.0, mean_ttft_ms=80.0,
+                       p99_ttft_ms=200.0, mean_itl_ms=12.0, p99_itl_ms=30.0, mean_tpot_ms=12.0,
+                       mean_e2e_latency_ms=2500.0, p99_e2e_latency_ms=4000.0)
+    disagg = metrics(3, output_throughput_tok_s=2400.0, goodput_output_throughput_tok_s=1800.0, mean_ttft_ms=100.0,
+                     p99_ttft_ms=150.0, mean_itl_ms=10.0, p99_itl_ms=25.0, mean_e2e_latency_ms=2100.0,
+                     p99_e2e_latency_ms=3500.0)
+    small = metrics(1, output_throughput_tok_s=1000.0, goodput_output_throughput_tok_s=900.0, mean_ttft_ms=90.0)
+    return [
+        feasible("agg", 0, AGG_TP1, 900.0, metrics=small),
+        feasible("agg", 1, AGG_TP2, 1500.0, metrics=agg_best),
+        failed("agg", 2, Status.infeasible, "over budget: 16 GPUs > 8"),
+        failed("agg", 3, Status.infeasible, "over budget: 12 GPUs > 8"),
+        feasible("agg", 4, AGG_TP2, 1500.0, round_=1, metrics=agg_best, cache_hit=True),
+        failed("agg", 5, Status.unsupported, "unsupported: sglang cannot run 1×TP2"),
+        feasible("disagg", 0, DISAGG, 1800.0, metrics=disagg),
+        failed("disagg", 1, Status.failed, "replay crashed: worker died", DISAGG),
+    ]
+
+
+def records_of(trials: list[Trial], cfg: SmartSearchConfig, provenance: Provenance = PROVENANCE
+               ) -> list[CandidateRecord]:
+    tally = Tally.of(trials)
+    counts = {"attempts": tally.attempts, "feasible": tally.feasible, "reasons": dict(tally.reasons)}
+    return [CandidateRecord.of(r, counts, provenance) for r in rank_trials(trials, cfg)]
+
+
+AIC_RANK2 = AICEstimate(isl=4000, osl=200, concurrency=64, ttft_ms=75.0, tpot_ms=11.0,
+                        output_throughput_tok_s=2100.0, output_throughput_tok_s_per_gpu=1050.0,
+                        source="aiconfigurator-core 0.12.0 vllm 0.24.0 static agg", requested_concurrency=64)
+
+
+def scalar_inputs(**kw: Any) -> ReportInputs:
+    cfg = config(SYNTHETIC, SCALAR_GOAL)
+    trials = scalar_trials()
+    base: dict[str, Any] = dict(
+        config=cfg, records=records_of(trials, cfg), emitted=(1, 2),
+        manifests={1: "manifests/rank-1.yaml", 2: "manifests/rank-2.yaml"}, trials=trials, tally=Tally.of(trials),
+        provenance=PROVENANCE, trace_file=None, aic={2: AIC_RANK2, 3: None}, pareto=False, objectives=("goodput",))
+    return ReportInputs(**{**base, **kw})
+
+
+def assert_png(path: Path) -> None:
+    from matplotlib.image import imread
+
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE
+    assert len(data) > 5_000
+    assert imread(path).shape == (440, 660, 4)   # 6 × 4 in at 110 dpi, RGBA
+
+
+def section(text: str, title: str) -> str:
+    """One ``## title`` section of the Markdown."""
+    start = text.index(f"## {title}\n")
+    end = text.find("\n## ", start + 3)
+    return text[start:end if end >= 0 else None]
+
+
+# ---------------------------------------------------------------- number formatting
+
+
+def test_numbers_carry_units_and_about_three_significant_digits() -> None:
+    assert fmt(1234.4, "tok/s") == "1,234 tok/s"
+    assert fmt(80.0, "ms") == "80.0 ms"
+    assert fmt(2.0) == "2.00"
+    assert fmt(0.1234, "h") == "0.123 h"
+    assert fmt(3) == "3"
+    assert fmt(12000) == "12,000"
+    assert fmt(None, "ms") == "—"
+    assert fmt(float("nan"), "ms") == "—"
+
+
+# ---------------------------------------------------------------- scalar run
+
+
+def test_scalar_report_files_and_plots(tmp_path: Path) -> None:
+    files = write_report(tmp_path, scalar_inputs())
+    assert isinstance(files, ReportFiles)
+    assert files.markdown == tmp_path / "report.md" and files.html == tmp_path / "report.html"
+    assert [p.name for p in files.plots] == ["front.png", "progress.png", "by_backend.png"]
+    for plot in files.plots:
+        assert plot.parent == tmp_path / "report"
+        assert_png(plot)
+    assert not (tmp_path / "report" / "trace_rate.png").exists()   # synthetic workload: no trace plot
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]   # atomic writes left nothing behind
+    text = files.markdown.read_text()
+    for name in ("front", "progress", "by_backend"):
+        assert f"](report/{name}.png)" in text
+    html = files.html.read_text()
+    assert html.startswith("<!DOCTYPE html>") and "<style>" in html and "<table>" in html
+    for name in ("front", "progress", "by_backend"):
+        assert re.search(rf'<img[^>]*src="report/{name}\.png"', html), name
+    assert '<a href="manifests/rank-1.yaml">' in html
+
+
+def test_scalar_report_goal_sla_and_workload() -> None:
+    text = render_markdown(scalar_inputs(), {})
+    goal = section(text, "Goal and SLA")
+    assert "- goal: goodput: goodput (tok/s, higher is better); ties go to fewer GPUs" in goal
+    assert "- SLA: TTFT ≤ 500 ms, ITL ≤ 50 ms (it enters goodput only; it is not a gate)" in goal
+    work = section(text, "Workload")
+    assert "- synthetic: ISL 4,000 tokens, OSL 200 tokens" in work
+    assert "- load: closed loop, 64 requests in flight" in work
+    assert "- num_request_ratio 10.0 (640 requests)" in work
+    assert "![" not in text   # no plots were given
+
+
+def test_scalar_report_winner_next_to_runner_up_and_what_it_gives_up() -> None:
+    text = render_markdown(scalar_inputs(), {})
+    winner = section(text, "The winner and why")
+    assert "Rank 1: **disagg vllm 1×TP1 + 1×TP2** (3 GPUs, found in round 1)." in winner
+    assert "Best goodput: 1,800 tok/s vs the runner-up's 1,500 tok/s, +300 tok/s (+20.0%), within the GPU budget (3 of 8 GPUs)." in winner
+    assert "| metric | winner (rank 1) | runner-up (rank 2) | difference |" in winner
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in winner.splitlines() if line.startswith("| ")}
+    assert rows["TTFT mean"] == "| TTFT mean | 100 ms | 80.0 ms | +20.0 ms (+25.0%) |"
+    assert rows["TTFT p99"] == "| TTFT p99 | 150 ms | 200 ms | -50.0 ms (-25.0%) |"
+    assert rows["ITL mean"] == "| ITL mean | 10.0 ms | 12.0 ms | -2.00 ms (-16.7%) |"
+    assert rows["ITL p99"] == "| ITL p99 | 25.0 ms | 30.0 ms | -5.00 ms (-16.7%) |"
+    assert rows["E2E mean"] == "| E2E mean | 2,100 ms | 2,500 ms | -400 ms (-16.0%) |"
+    assert rows["E2E p99"] == "| E2E p99 | 3,500 ms | 4,000 ms | -500 ms (-12.5%) |"
+    assert rows["throughput"] == "| throughput | 2,400 tok/s | 2,000 tok/s | +400 tok/s (+20.0%) |"
+    assert rows["throughput per GPU"] == "| throughput per GPU | 800 tok/s/GPU | 1,000 tok/s/GPU | -200 tok/s/GPU (-20.0%) |"
+    assert rows["goodput"] == "| goodput | 1,800 tok/s | 1,500 tok/s | +300 tok/s (+20.0%) |"
+    assert rows["GPUs"] == "| GPUs | 3 | 2 | +1 (+50.0%) |"
+    assert "TPOT mean" in rows   # only the runner-up has it: shown, no difference
+    assert rows["TPOT mean"] == "| TPOT mean | — | 12.0 ms | — |"
+    gives = winner[winner.index("**What the winner gives up**"):]
+    assert "(where the runner-up, agg vllm 1×TP2, is better)" in gives
+    given = [line[2:] for line in gives.splitlines() if line.startswith("- ")]
+    assert given == ["TTFT mean: 100 ms vs 80.0 ms, +20.0 ms (+25.0%)",
+                     "throughput per GPU: 800 tok/s/GPU vs 1,000 tok/s/GPU, -200 tok/s/GPU (-20.0%)",
+                     "goodput per GPU: 600 tok/s/GPU vs 750 tok/s/GPU, -150 tok/s/GPU (-20.0%)",
+                     "GPUs: 3 vs 2, +1 (+50.0%)",
+                     "avg GPUs: 3.00 vs 2.00, +1.00 (+50.0%)",
+                     "GPU-hours: 3.00 h vs 2.00 h, +1.00 h (+50.0%)"]
+
+
+def test_scalar_report_ranked_table_and_manifest_links() -> None:
+    text = render_markdown(scalar_inputs(), {})
+    results = section(text, "Results")
+    assert "3 ranked candidates from 3 feasible evaluation(s); 2 emitted as manifests." in results
+    assert ("| 1 | disagg | vllm | 1×TP1 + 1×TP2 | tp+tp | 3 | 1,800 tok/s | 2,400 tok/s | 100 ms | 10.0 ms | "
+            "[manifests/rank-1.yaml](manifests/rank-1.yaml) |") in results
+    assert "| 3 | agg | vllm | 1×TP1 | tp | 1 | 900 tok/s | 1,000 tok/s | 90.0 ms | — |  |" in results
+    files = section(text, "Files")
+    assert ("- candidates: [candidates.parquet](candidates.parquet), [candidates.json](candidates.json), "
+            "[candidates.csv](candidates.csv)") in files
+    assert "  - rank 1: [manifests/rank-1.yaml](manifests/rank-1.yaml)" in files
+    assert "  - rank 2: [manifests/rank-2.yaml](manifests/rank-2.yaml)" in files
+
+
+def test_scalar_report_aic_estimate_next_to_the_replay() -> None:
+    aic = section(render_markdown(scalar_inputs(), {}), "AI Configurator's estimate (static agg)")
+    assert ("- rank 2 (agg vllm 1×TP2): at ISL 4,000, OSL 200, concurrency 64; "
+            "source: aiconfigurator-core 0.12.0 vllm 0.24.0 static agg") in aic
+    assert "| metric | AI Configurator | replay | replay − AIC |" in aic
+    assert "| TTFT mean | 75.0 ms | 80.0 ms | +5.00 ms (+6.7%) |" in aic
+    assert "| TPOT / ITL mean | 11.0 ms | 12.0 ms | +1.00 ms (+9.1%) |" in aic
+    assert "| throughput | 2,100 tok/s | 2,000 tok/s | -100 tok/s (-4.8%) |" in aic
+    assert "| throughput per GPU | 1,050 tok/s/GPU | 1,000 tok/s/GPU | -50.0 tok/s/GPU (-4.8%) |" in aic
+    assert "- rank 1 (disagg vllm 1×TP1 + 1×TP2): no AIC estimate (disagg: AIC's estimate is for a static agg" in aic
+    assert "- rank 3 (agg vllm 1×TP1): no AIC estimate (AIC has no analytic answer for it" in aic
+
+
+def test_aic_estimate_reason_given_as_text_and_the_scaling_planner() -> None:
+    cfg = config(SYNTHETIC, SCALAR_GOAL)
+    scaling = candidate("agg", {"agg_max_num_seqs": 256, "agg_max_num_batched_tokens": 8192, **ROUTER,
+                                "planner_scaling_policy": "load_180_5", "planner_fpm_sampling": "default",
+                                "planner_load_sensitivity": "default"}, {"tp": 2})
+    trials = [feasible("agg", 0, scaling, 10.0, metrics=metrics(2, goodput_output_throughput_tok_s=10.0)),
+              feasible("agg", 1, AGG_TP1, 5.0, metrics=metrics(1, goodput_output_throughput_tok_s=5.0))]
+    inputs = scalar_inputs(records=records_of(trials, cfg), trials=trials, tally=Tally.of(trials),
+                           aic={2: "no perf database for (h200_sxm, vllm)"})
+    aic = section(render_markdown(inputs, {}), "AI Configurator's estimate (static agg)")
+    assert "- rank 1 (agg vllm 1×TP2): no AIC estimate (the planner scales replicas: not a static deployment)" in aic
+    assert "- rank 2 (agg vllm 1×TP1): no AIC estimate (no perf database for (h200_sxm, vllm))" in aic
+
+
+def test_scalar_report_tally_reasons_and_provenance() -> None:
+    text = render_markdown(scalar_inputs(), {})
+    tally = section(text, "Outcome tally")
+    assert "8 attempts: 3 feasible, 2 infeasible, 1 failed, 1 unsupported, 1 cache hits." in tally
+    assert "| over budget | infeasible | 2 |" in tally
+    assert "| replay crashed | failed | 1 |" in tally
+    assert "| unsupported | unsupported | 1 |" in tally
+    prov = section(text, "Provenance")
+    assert "| spica | 0.3.0 |" in prov
+    assert "| ai-dynamo-runtime (replay) | 1.6.1 |" in prov
+    assert "| aiconfigurator-core | 0.12.0 |" in prov
+    assert "| perf DB (vllm) | 0.24.0 |" in prov
+    assert "| config fingerprint | `cfg1234abcd` |" in prov
+    assert "| stage trials | `trialsfp99` |" in prov
+    assert "through Dynamo's offline replay" in prov
+
+
+def test_progress_and_backend_series() -> None:
+    inputs = scalar_inputs()
+    # cache hits and unsupported pairs ran no replay; infeasible and failed ones did
+    assert progress_series(inputs) == {"agg": [(1, 900.0), (2, 1500.0), (3, 1500.0), (4, 1500.0)],
+                                       "disagg": [(1, 1800.0), (2, 1800.0)]}
+    assert backend_groups(inputs) == {"vllm\nagg tp": [900.0, 1500.0], "vllm\ndisagg tp+tp": [1800.0]}
+
+
+def test_minimised_goal_reads_scores_as_latency() -> None:
+    cfg = config(SYNTHETIC, {"target": "e2e_latency"})
+    trials = [feasible("agg", 0, AGG_TP1, -3000.0, metrics=metrics(1, mean_e2e_latency_ms=3000.0)),
+              feasible("agg", 1, AGG_TP2, -2000.0, metrics=metrics(2, mean_e2e_latency_ms=2000.0))]
+    inputs = scalar_inputs(config=cfg, records=records_of(trials, cfg), trials=trials, tally=Tally.of(trials),
+                           aic={}, objectives=("e2e_latency",))
+    assert progress_series(inputs) == {"agg": [(1, 3000.0), (2, 2000.0)]}
+    text = render_markdown(inputs, {})
+    assert "- goal: e2e_latency: mean E2E latency (ms, lower is better)" in text
+    assert "Best mean E2E latency: 2,000 ms vs the runner-up's 3,000 ms, -1,000 ms (-33.3%)" in text
+
+
+def test_single_candidate_and_a_score_tie() -> None:
+    cfg = config(SYNTHETIC, SCALAR_GOAL)
+    one = [feasible("agg", 0, AGG_TP1, 5.0, metrics=metrics(1, goodput_output_throughput_tok_s=5.0))]
+    text = render_markdown(scalar_inputs(records=records_of(one, cfg), trials=one, tally=Tally.of(one), aic={}), {})
+    assert "It is the only ranked candidate (1 feasible evaluation(s))." in text
+    tie = [*one, feasible("agg", 1, AGG_TP2, 5.0, metrics=metrics(2, goodput_output_throughput_tok_s=5.0))]
+    text = render_markdown(scalar_inputs(records=records_of(tie, cfg), trials=tie, tally=Tally.of(tie), aic={}), {})
+    assert "Tied on goodput (5.00 tok/s); the winner uses fewer GPUs (1 vs 2), which breaks the tie." in text
+
+
+# ---------------------------------------------------------------- Pareto run on a trace
+
+
+def pareto_trials() -> list[Trial]:
+    def t(mode: str, n: int, cand: Candidate, per_gpu: float, per_user: float) -> Trial:
+        objs = {"throughput_per_gpu": per_gpu, "throughput_per_user": per_user}
+        return feasible(mode, n, cand, per_gpu, objectives=objs,
+                        metrics=metrics(cand.used_gpus, output_throughput_tok_s=per_gpu * cand.used_gpus,
+                                        mean_output_token_throughput_per_user=per_user, mean_ttft_ms=50.0 + n))
+    return [t("agg", 0, AGG_TP1, 1200.0, 40.0), t("agg", 1, AGG_TP2, 900.0, 70.0),
+            t("agg", 2, AGG_TP2, 800.0, 60.0),                         # dominated by the one before
+            t("disagg", 0, DISAGG, 600.0, 95.0),
+            failed("disagg", 1, Status.infeasible, "KV capacity: 10 blocks < 12", DISAGG)]
+
+
+def test_pareto_report_on_a_trace_workload(tmp_path: Path) -> None:
+    trace = write_poisson_trace(tmp_path / "trace.jsonl", num_requests=300, rate_rps=10.0, seed=3)
+    cfg = config({"trace_path": str(trace), "arrival_speedup_ratio": 2.0}, {"target": "pareto"})
+    trials = pareto_trials()
+    records = records_of(trials, cfg)
+    assert [r.objectives["throughput_per_user"] for r in records] == [40.0, 70.0, 95.0]   # the front, in rank order
+    run = tmp_path / "run"
+    files = write_report(run, ReportInputs(
+        config=cfg, records=records, emitted=(1, 3), manifests={1: "manifests/rank-1.yaml",
+                                                                3: "manifests/rank-3.yaml"},
+        trials=trials, tally=Tally.of(trials), provenance=PROVENANCE, trace_file=trace, aic={},
+        pareto=True, objectives=("throughput_per_gpu", "throughput_per_user")))
+    assert [p.name for p in files.plots] == ["front.png", "progress.png", "by_backend.png", "trace_rate.png"]
+    for plot in files.plots:
+        assert_png(plot)
+    text = files.markdown.read_text()
+    assert ("- goal: Pareto front over throughput_per_gpu (tok/s/GPU, higher is better), "
+            "throughput_per_user (tok/s/user, higher is better)") in text
+    assert "- SLA: none" in text
+    profile = trace_profile(trace)
+    work = section(text, "Workload")
+    assert "- trace: `trace.jsonl` (mooncake)" in work
+    assert "- arrivals replayed 2.00× as fast as recorded" in work
+    assert (f"- 300 requests over {fmt(profile.duration_s, 's')}: mean {fmt(profile.mean_rps, 'req/s')}, "
+            f"peak {fmt(profile.peak_rps, 'req/s')}") in work
+    assert "![requests per second over time](report/trace_rate.png)" in work
+    results = section(text, "Results")
+    assert "3 points of the Pareto front from 4 feasible evaluation(s); 2 emitted as manifests." in results
+    assert "| 2 | agg | vllm | 1×TP2 | tp | 2 | 900 tok/s/GPU | 70.0 tok/s/user |" in results
+    winner = section(text, "The winner and why")
+    assert "A Pareto front has no single winner" in winner
+    assert ("rank 1 is better on throughput_per_gpu and worse on throughput_per_user") in winner
+    assert "| throughput per user | 40.0 tok/s/user | 70.0 tok/s/user | -30.0 tok/s/user (-42.9%) |" in winner
+    assert "- throughput per user: 40.0 tok/s/user vs 70.0 tok/s/user, -30.0 tok/s/user (-42.9%)" in winner
+    assert "| KV capacity | infeasible | 1 |" in text
+    html = files.html.read_text()
+    for name in ("front", "progress", "by_backend", "trace_rate"):
+        assert re.search(rf'<img[^>]*src="report/{name}\.png"', html), name
+
+
+def test_trace_profile_counts_arrivals_per_bin(tmp_path: Path) -> None:
+    rows = [{"timestamp": ms, "input_length": 100, "output_length": 10, "hash_ids": [i]}
+            for i, ms in enumerate([0, 100, 200, 1500, 2100, 2900, 59_000])]
+    profile = trace_profile(write_mooncake_trace(tmp_path / "t.jsonl", rows))
+    assert profile.requests == 7 and profile.duration_s == pytest.approx(59.0)
+    assert profile.bin_s == 1.0 and len(profile.rates) == 60
+    assert profile.rates[:3] == (3.0, 1.0, 2.0) and profile.rates[59] == 1.0 and sum(profile.rates) == 7.0
+    assert profile.mean_isl == 100.0 and profile.mean_osl == 10.0
+
+
+# ---------------------------------------------------------------- nothing feasible
+
+
+def test_no_feasible_candidate_still_renders_with_the_reasons(tmp_path: Path) -> None:
+    trials = [failed("agg", 0, Status.infeasible, "over budget: 16 GPUs > 8"),
+              failed("agg", 1, Status.infeasible, "over budget: 10 GPUs > 8"),
+              failed("agg", 2, Status.infeasible, "KV capacity: 3 blocks < 4"),
+              failed("disagg", 0, Status.failed, "replay crashed: worker died", DISAGG)]
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "front.png").write_bytes(b"stale")   # from an earlier emit
+    files = write_report(tmp_path, scalar_inputs(records=(), emitted=(), manifests={}, trials=trials,
+                                                 tally=Tally.of(trials), aic={}))
+    assert files.plots == ()
+    assert not (tmp_path / "report" / "front.png").exists()
+    text = files.markdown.read_text()
+    assert ("**No feasible candidate**: none of the 4 attempt(s) was feasible (3 infeasible, 1 failed, "
+            "0 unsupported).") in text
+    assert "Top reasons: over budget (2×); KV capacity (1×); replay crashed (1×)." in text
+    assert "## The winner and why" not in text
+    assert "- manifests: none written" in text
+    assert "| over budget | infeasible | 2 |" in text
+    assert "No feasible candidate" in files.html.read_text()
