@@ -74,7 +74,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_emit(args: argparse.Namespace) -> int:
     from spica_cli.emit import emit_command
 
-    return emit_command(args.run_dir, args.top, args.all, args.out, args.image, args.namespace)
+    return emit_command(args.run_dir, args.top, args.all, args.out, args.image, args.namespace,
+                        args.model_cache_pvc or None)
 
 
 def _positive(text: str) -> int:
@@ -131,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--image", default=None, help="container image of the workers (default: the Dynamo runtime image "
                    "of the candidate's backend)")
     p.add_argument("--namespace", default=None, help="metadata.namespace of the manifests (default: none)")
+    p.add_argument("--model-cache-pvc", default="model-cache",
+                   help="PVC mounted on the workers as the model cache (default: model-cache; '' for none)")
     return parser
 
 
