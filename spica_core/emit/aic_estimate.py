@@ -68,7 +68,7 @@ from typing import Any
 
 from spica_core.errors import NoPerfDatabaseError, UnknownModelError, UnknownSystemError
 from spica_core.evaluate.candidate import Candidate
-from spica_core.evaluate.profiles import EngineShape, _aic_version
+from spica_core.evaluate.profiles import EngineShape, aic_version
 from spica_core.space.facts import backend_version, model_facts, quiet_aic
 
 
@@ -215,7 +215,7 @@ def aic_estimate(candidate: Candidate, *, isl: int, osl: int, concurrency: int) 
     if point.kv_cache_oom:
         warning = (f"batch {b} per rank exceeds AIC's KV cache capacity estimate "
                    f"(gpu_memory_utilization {knobs.gpu_memory_utilization}); a real engine would queue")
-    source = f"aiconfigurator-core {_aic_version()} {candidate.backend} {version} static agg"
+    source = f"aiconfigurator-core {aic_version()} {candidate.backend} {version} static agg"
     if es.nextn:
         source += f" nextn={es.nextn} (no draft acceptance)"
     return AICEstimate(isl=int(isl), osl=int(osl), concurrency=modelled, ttft_ms=point.ttft_ms,

@@ -20,7 +20,7 @@ from spica_core.emit.records import CandidateRecord, Provenance, to_csv
 from spica_core.emit.report import ReportFiles, ReportInputs, write_report
 from spica_core.errors import ManifestError, RunDirError
 from spica_core.evaluate.traces import read_trace
-from spica_core.run.catalog import CATALOG, RunDir
+from spica_core.run.catalog import CATALOG, RunDir, write_file
 from spica_core.run.identity import RunIdentity, config_from_row
 from spica_core.search.ranking import RankedCandidate
 from spica_core.search.trials import Tally, Trial
@@ -113,9 +113,9 @@ def write_candidate_files(folder: Path, records: Sequence[CandidateRecord], pare
     """``candidates.json`` (lossless, typed) and ``candidates.csv`` (flat columns)."""
     document = {"schema_version": 1, "result_type": "pareto_front" if pareto else "ranked_candidates",
                 "candidates": [r.to_json() for r in records]}
-    json_path = _write_text(folder / "candidates.json",
+    json_path = write_file(folder / "candidates.json",
                             json.dumps(document, indent=2, sort_keys=True, allow_nan=False) + "\n")
-    csv_path = _write_text(folder / "candidates.csv", to_csv(list(records)))
+    csv_path = write_file(folder / "candidates.csv", to_csv(list(records)))
     return json_path, csv_path
 
 
@@ -134,9 +134,9 @@ def write_manifests(out: Path, records: Sequence[CandidateRecord], options: Emit
         problems = check_manifest(doc, used_gpus=record.used_gpus)
         if problems:  # a generator bug: never hand a user a manifest the cluster would reject
             raise AssertionError(f"rank {record.rank}: the generated manifest fails its checks: {problems}")
-        written[record.rank] = _write_text(out / f"rank-{record.rank}.yaml", manifest_yaml(doc))
+        written[record.rank] = write_file(out / f"rank-{record.rank}.yaml", manifest_yaml(doc))
     for rank, why in refused.items():
-        _write_text(out / f"rank-{rank}.refused.txt", why + "\n")
+        write_file(out / f"rank-{rank}.refused.txt", why + "\n")
     return written, refused
 
 
@@ -191,14 +191,6 @@ def emit_outputs(run_dir: RunDir, records: Sequence[CandidateRecord], options: E
         trace_file=trace,
         aic=estimates, pareto=pareto, objectives=tuple(o.value for o in config.goal.objectives)))
     return Emitted(tuple(records), written, refused, report)
-
-
-def _write_text(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
 
 
 def load_records(run_dir: RunDir) -> list[CandidateRecord]:

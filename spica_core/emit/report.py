@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +25,8 @@ from spica_core.errors import SpicaError
 from spica_core.evaluate.candidate import Candidate
 from spica_core.evaluate.evaluator import Status
 from spica_core.evaluate.scoring import avg_gpu
-from spica_core.search.trials import Tally, Trial
+from spica_core.run.catalog import write_file
+from spica_core.search.trials import Tally, Trial, reason_class
 from spica_core.space.branches import config_strategy
 
 if TYPE_CHECKING:
@@ -576,13 +575,12 @@ def _tally_section(inputs: ReportInputs) -> list[str]:
 
 
 def _reason_kinds(trials: Sequence[Trial]) -> dict[str, set[str]]:
-    from spica_core.search.trials import _reason_class  # the tally's own grouping of reasons
-
+    """Which outcome (infeasible, failed, ...) each of the tally's reason groups came from."""
     out: dict[str, set[str]] = {}
     for trial in trials:
         if trial.cache_hit or trial.status is Status.feasible:
             continue
-        out.setdefault(_reason_class(trial.reason or trial.status.value), set()).add(trial.status.value)
+        out.setdefault(reason_class(trial.reason or trial.status.value), set()).add(trial.status.value)
     return out
 
 
@@ -815,19 +813,6 @@ def plot_trace_rate(path: Path) -> bytes | None:
 # ---------------------------------------------------------------- files
 
 
-def _write_atomic(path: Path, data: bytes) -> Path:
-    """Write beside the target, then rename over it: a reader sees the old file or the new, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # the umask's permissions
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
-
-
 def draw_plots(inputs: ReportInputs) -> dict[str, bytes]:
     """Every plot the inputs can fill, as PNG bytes by name (a plot with no data is left out)."""
     out: dict[str, bytes] = {}
@@ -857,13 +842,13 @@ def write_report(folder: Path, inputs: ReportInputs) -> ReportFiles:
     for name in PLOT_NAMES:
         path = plot_dir / f"{name}.png"
         if name in pngs:
-            written.append(_write_atomic(path, pngs[name]))
+            written.append(write_file(path, pngs[name]))
             relative[name] = f"{PLOTS_DIR}/{name}.png"
         else:
             path.unlink(missing_ok=True)  # a plot of an earlier emit that has no data now
     text = render_markdown(inputs, relative)
-    md = _write_atomic(folder / REPORT_MD, text.encode())
-    html = _write_atomic(folder / REPORT_HTML, render_html(text).encode())
+    md = write_file(folder / REPORT_MD, text.encode())
+    html = write_file(folder / REPORT_HTML, render_html(text).encode())
     return ReportFiles(md, html, tuple(written))
 
 

@@ -64,7 +64,7 @@ class EngineShape:
 
     def key(self) -> str:
         """The cache fingerprint: the shape, the table grid, the schema and the AIC version."""
-        return fingerprint({"shape": asdict(self), "schema": PROFILE_SCHEMA, "aic": _aic_version(),
+        return fingerprint({"shape": asdict(self), "schema": PROFILE_SCHEMA, "aic": aic_version(),
                             "grid": [PREFILL_MAX_TOKENS, DECODE_MAX_KV_TOKENS, DECODE_MAX_CONTEXT,
                                      DECODE_MAX_BATCH, N_PREFILL, N_KV, N_CTX]})
 
@@ -75,7 +75,7 @@ class EngineShape:
 
 
 @lru_cache(maxsize=1)
-def _aic_version() -> str:
+def aic_version() -> str:
     try:
         return metadata.version("aiconfigurator-core")
     except metadata.PackageNotFoundError:  # pragma: no cover - the package is a hard dependency
@@ -162,7 +162,7 @@ def profile_path(es: EngineShape, directory: str | Path | None = None) -> Path:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **tables)
         os.chmod(tmp, 0o644)
-        meta = {"shape": asdict(es), "schema": PROFILE_SCHEMA, "aic": _aic_version(),
+        meta = {"shape": asdict(es), "schema": PROFILE_SCHEMA, "aic": aic_version(),
                 "resolved_quant": _resolved_quant(es)}
         path.with_suffix(".json").write_text(json.dumps(meta, indent=1, sort_keys=True))
         os.replace(tmp, path)

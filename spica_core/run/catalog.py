@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Mapping, Sequence
@@ -237,6 +238,19 @@ class RunDir:
 
     def rows(self, stage: str) -> list[dict[str, Any]]:
         return self.read(stage).to_pylist()
+
+
+def write_file(path: Path, data: bytes | str) -> Path:
+    """A companion file (JSON, CSV, YAML, report), written beside the target and renamed over it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
 
 
 def _write_atomic(table: pa.Table, path: Path) -> Path:

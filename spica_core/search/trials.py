@@ -138,7 +138,7 @@ class Tally:
             status = trial.status.value
             setattr(t, status, getattr(t, status) + 1)
             if trial.status is not Status.feasible:
-                reason = _reason_class(trial.reason or status)
+                reason = reason_class(trial.reason or status)
                 t.reasons[reason] = t.reasons.get(reason, 0) + 1
         return t
 
@@ -146,7 +146,7 @@ class Tally:
         return sorted(self.reasons.items(), key=lambda kv: -kv[1])[:n]
 
 
-def _reason_class(reason: str) -> str:
+def reason_class(reason: str) -> str:
     """Group reasons that differ only in numbers (e.g. 'over budget: 40 GPUs > 32')."""
     return reason.split(":")[0].strip()[:160] if ":" in reason else reason[:160]
 
