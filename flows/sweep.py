@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 from prefect import flow
+from prefect.states import Failed, State
 
+from spica_core.config.model import SmartSearchConfig
+from spica_core.errors import SpicaError
 from spica_core.evaluate import make_evaluator
 from spica_core.run import lock
 from spica_core.search import EvalCache, SearchContext, SweepSummary, Tally, round_plan
@@ -11,18 +14,35 @@ from tasks.load_predictor import load_predictor_task
 from tasks.progress import SweepProgress
 from tasks.search import rank_task, round_task, stored_trials
 from tasks.space import enumerate_branches_task, kv_filter_task
+from tasks.stage import one_line
 from tasks.validate import ValidatedRun, validate_config
 
 
 @flow(name="spica-sweep", log_prints=True)
-def sweep(config_path: str, runs_root: str = "runs", run_dir: str | None = None, seed: int | None = None,
-          show_progress: bool = False) -> SweepSummary:
-    """validate → enumerate branches → KV filter, load-predictor sub-sweep → search rounds → rank / Pareto → emit."""
-    run = validate_config(config_path, runs_root, run_dir, seed)  # locks the run folder
+def sweep(config: SmartSearchConfig | None = None, config_path: str | None = None, runs_root: str = "runs",
+          run_dir: str | None = None, seed: int | None = None, show_progress: bool = False) -> SweepSummary | State:
+    """Find the best Dynamo deployment: validate → enumerate branches → KV filter, load-predictor sub-sweep →
+    search rounds → rank / Pareto → emit candidates, manifests and the report.
+
+    Args:
+        config: The config itself (model, GPU and budget, knobs to search, workload, goal, sweep). Give this
+            or config_path. Relative paths in it (workload.trace_path) resolve against the working
+            directory of the process that runs the flow (for `spica serve`, where it was started).
+        config_path: A config YAML file instead of config, relative to that working directory; paths in
+            the file resolve against the file's own folder.
+        runs_root: Parent folder of the run folders; a run goes to RUNS_ROOT/<run id>/.
+        run_dir: Write the run to this folder instead of RUNS_ROOT/<run id>/.
+        seed: Overrides sweep.seed (another seed is another run).
+        show_progress: Draw a progress bar on the terminal (for `spica sweep`; the UI has its own artifact).
+    """
     try:
-        return _search_and_rank(run, show_progress)
-    finally:
-        lock.release(run.run_dir.path)
+        run = validate_config(config_path, runs_root, run_dir, seed, config)  # locks the run folder
+        try:
+            return _search_and_rank(run, show_progress)
+        finally:
+            lock.release(run.run_dir.path)
+    except SpicaError as exc:  # bad input: the run fails with the error's text, not a traceback
+        return Failed(message=one_line(exc), data=exc)
 
 
 def _search_and_rank(run: ValidatedRun, show_progress: bool) -> SweepSummary:

@@ -1,19 +1,18 @@
 """Last stage: candidate files, DynamoGraphDeployment manifests and the report, from the ranking."""
 from __future__ import annotations
 
-from prefect import task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact
-from prefect.cache_policies import NO_CACHE
 from prefect.context import TaskRunContext
 
 from spica_core.emit import EmitOptions, Emitted, emit_outputs, load_records, provenance_of, records_of
 from spica_core.run.catalog import CATALOG
 from spica_core.run.fingerprint import file_fingerprint
 from spica_core.search import RankedCandidate, Tally, Trial
+from tasks.stage import stage
 from tasks.validate import ValidatedRun
 
 
-@task(name="emit candidates", cache_policy=NO_CACHE)
+@stage("emit candidates", retries=2)
 def emit_task(run: ValidatedRun, ranking: list[RankedCandidate], trials: list[Trial],
               options: EmitOptions | None = None) -> Emitted:
     """Recomputed when the ranking or the options changed; the companion files are rewritten with it."""

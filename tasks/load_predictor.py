@@ -3,16 +3,15 @@ from __future__ import annotations
 
 import json
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
 
 from spica_core.predictors import LoadPredictorResult, sweep_load_predictor
 from spica_core.run.catalog import CATALOG
 
+from tasks.stage import stage
 from tasks.validate import ValidatedRun
 
 
-@task(name="load-predictor sub-sweep", cache_policy=NO_CACHE, log_prints=True)
+@stage("load-predictor sub-sweep", retries=2, log_prints=True)
 def load_predictor_task(run: ValidatedRun) -> LoadPredictorResult:
     """The winner per throughput interval; depends on the searched config and the trace content only."""
     inputs = CATALOG["load_predictor"].fingerprint(search_config=run.search_config.normalised(),

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from prefect import task
 from prefect.artifacts import create_table_artifact
-from prefect.cache_policies import NO_CACHE
 from prefect.context import TaskRunContext
 
 from spica_core.evaluate import Evaluator
@@ -18,6 +16,7 @@ from spica_core.run.fingerprint import file_fingerprint
 from spica_core.search import EvalCache, RankedCandidate, RoundResult, SearchContext, Trial, rank_trials, run_round
 from spica_core.space.branches import Branch
 
+from tasks.stage import stage
 from tasks.validate import ValidatedRun
 
 
@@ -32,7 +31,7 @@ def stored_trials(rd: RunDir, context: SearchContext) -> list[Trial]:
     return [Trial.from_row(r) for r in rd.rows("trials")]
 
 
-@task(name="search round", task_run_name="{branch.mode} round {round_no}", cache_policy=NO_CACHE)
+@stage("search round", task_run_name="{branch.mode} round {round_no}", retries=1)
 def round_task(run: ValidatedRun, branch: Branch, round_no: int, context: SearchContext, evaluator: Evaluator,
                cache: EvalCache, on_result: Callable[[Trial], None] | None = None) -> RoundResult:
     """Pick untried candidates → evaluate (parallel) → observe; each ask's trials are appended to trials.parquet
@@ -61,7 +60,7 @@ TRIAL_COLUMNS = ("round", "trial", "status", "cache_hit", "backend", "parallel",
 RANK_COLUMNS = ("rank", "mode", "backend", "parallel", "used_gpus", "score", "objectives_json")
 
 
-@task(name="rank / pareto", cache_policy=NO_CACHE)
+@stage("rank / pareto", retries=2)
 def rank_task(run: ValidatedRun, context: SearchContext) -> list[RankedCandidate]:
     """Recomputed only when the trials changed: the ranking's input is the trials artifact itself."""
     rd = run.run_dir

@@ -5,8 +5,6 @@ the same branches without enumerating or asking aiconfigurator-core for a single
 """
 from __future__ import annotations
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
 
 from spica_core.config.model import SmartSearchConfig
 from spica_core.run.catalog import CATALOG, RunDir
@@ -14,6 +12,7 @@ from spica_core.run.identity import engine_versions
 from spica_core.space.branches import (
     BranchSet, LegalSpace, estimate_shapes, kv_filter, legal_space, ordered_records, records_from_rows,
 )
+from tasks.stage import stage
 
 
 def branches_fingerprint(config: SmartSearchConfig) -> str:
@@ -21,7 +20,7 @@ def branches_fingerprint(config: SmartSearchConfig) -> str:
     return CATALOG["branches"].fingerprint(search_config=config.normalised(), engines=engine_versions())
 
 
-@task(name="enumerate branches", cache_policy=NO_CACHE)
+@stage("enumerate branches", retries=2)
 def enumerate_branches_task(config: SmartSearchConfig, run_dir: RunDir) -> LegalSpace:
     """Replay and perf-DB viability and legal parallel configs per mode × backend.
 
@@ -36,7 +35,7 @@ def enumerate_branches_task(config: SmartSearchConfig, run_dir: RunDir) -> Legal
     return space
 
 
-@task(name="KV filter", cache_policy=NO_CACHE)
+@stage("KV filter", retries=2)
 def kv_filter_task(space: LegalSpace, run_dir: RunDir) -> BranchSet:
     """KV feasibility of every distinct (backend, shape), then the branches the study searches.
 

@@ -4,15 +4,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
 
-from spica_core.errors import RunDirError
+from spica_core.errors import ConfigError, Issue, RunDirError
 from spica_core.run.catalog import CATALOG, RunDir
 from spica_core.config.model import SmartSearchConfig
 from spica_core.config.policies import PolicyFilter, filter_for_goal, with_policies
 from spica_core.run import lock
 from spica_core.run.identity import RunIdentity, config_rows, locate
+from tasks.stage import stage
 
 
 @dataclass(frozen=True)
@@ -27,15 +26,20 @@ class ValidatedRun:
     trace_file: Path | None
 
 
-@task(name="validate", cache_policy=NO_CACHE, log_prints=True)
-def validate_config(config_path: str, runs_root: str | None = None, run_dir: str | None = None,
-                    seed: int | None = None) -> ValidatedRun:
-    """``seed`` overrides ``sweep.seed`` (part of the run identity: another seed is another run).
+@stage("validate", retries=2, log_prints=True)
+def validate_config(config_path: str | None = None, runs_root: str | None = None, run_dir: str | None = None,
+                    seed: int | None = None, config: SmartSearchConfig | None = None) -> ValidatedRun:
+    """Exactly one of ``config_path`` and ``config`` (inline, from the Prefect form); ``seed`` overrides
+    ``sweep.seed`` (part of the run identity: another seed is another run).
 
-    The run folder is locked for this process first, so a second sweep on it stops at once. The YAML is always parsed (the run id is its fingerprint); a fresh ``config.parquet`` already
-    holds exactly this run, so it is left as it is.
+    The run folder is locked for this process first, so a second sweep on it stops at once. The config is
+    always checked (the run id is its fingerprint); a fresh ``config.parquet`` already holds exactly this
+    run, so it is left as it is.
     """
-    located = locate(config_path, runs_root, run_dir, seed)
+    if (config is None) == (config_path is None):
+        raise ConfigError("sweep parameters", [Issue("config", "give exactly one of config (the config itself) "
+                                                     "and config_path (a YAML file)")])
+    located = locate(config if config is not None else config_path, runs_root, run_dir, seed)
     config, trace, identity = located.config, located.trace_file, located.identity
     lock.acquire(located.folder)  # one sweep per folder; released when the flow ends (or the process dies)
     rd = RunDir(located.folder)

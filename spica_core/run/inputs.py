@@ -30,13 +30,21 @@ def with_seed(config: SmartSearchConfig, seed: int | None) -> SmartSearchConfig:
     return SmartSearchConfig.model_validate({**normalised, "sweep": {**normalised["sweep"], "seed": seed}})
 
 
-def load_inputs(config_path: str | Path, seed: int | None = None) -> Inputs:
-    """Raises ConfigError or TraceError naming the field, or the file and line."""
-    path = Path(config_path)
-    config = with_seed(SmartSearchConfig.from_yaml(path), seed)
+def load_inputs(source: str | Path | SmartSearchConfig, seed: int | None = None) -> Inputs:
+    """``source`` is a config file, or a config given inline (the Prefect form): its relative paths resolve
+    against the working directory, a file's against its own folder. Raises ConfigError or TraceError
+    naming the field, or the file and line."""
+    if isinstance(source, SmartSearchConfig):
+        path, base = Path("<inline config>"), Path.cwd()
+        source.check_files(base)
+        config = with_seed(source, seed)
+    else:
+        path = Path(source)
+        base = path.parent
+        config = with_seed(SmartSearchConfig.from_yaml(path), seed)
     space, workload = config.search_space, config.workload
     longest = max_seq_len(space.model_name, space.context_length)
-    trace_file = config.trace_file(path.parent)
+    trace_file = config.trace_file(base)
     if trace_file is not None:
         return Inputs(config, trace_file, check_trace(trace_file, max_seq_len=longest))
     isl, osl = workload.isl or 0, workload.osl or 0
