@@ -8,13 +8,14 @@ from spica_core.config.model import SmartSearchConfig
 from spica_core.errors import SpicaError
 from spica_core.evaluate import make_evaluator
 from spica_core.run import lock
-from spica_core.search import EvalCache, SearchContext, SweepSummary, Tally, round_plan
+from spica_core.search import EvalCache, SearchContext, SweepSummary, Tally, Trial, round_plan
 from tasks.emit import emit_task
 from tasks.load_predictor import load_predictor_task
 from tasks.progress import SweepProgress
 from tasks.search import rank_task, round_task, stored_trials
 from tasks.space import enumerate_branches_task, kv_filter_task
 from tasks.stage import one_line
+from tasks.ui import UIProgress, publish_summary
 from tasks.validate import ValidatedRun, validate_config
 
 
@@ -54,13 +55,20 @@ def _search_and_rank(run: ValidatedRun, show_progress: bool) -> SweepSummary:
     cache = EvalCache.of(done)
     rounds, target = round_plan(branch_set.branches, config)
     progress = SweepProgress(target, config.goal.is_pareto, enabled=show_progress)
+    ui = UIProgress(run.identity.run_id, config, target)
     for trial in done:
         progress.count(trial)
+        ui.count(trial)
+
+    def on_result(trial: Trial) -> None:
+        progress(trial)
+        ui(trial)
+
     stalls: list[str] = []
     with make_evaluator(config.sweep.workers, config.sweep.max_eval_seconds) as evaluator:
         for branch in branch_set.branches:
             for round_no in range(rounds[branch.mode]):
-                result = round_task(run, branch, round_no, context, evaluator, cache, progress)
+                result = round_task(run, branch, round_no, context, evaluator, cache, on_result)
                 if result.stalled:
                     stalls.append(result.message)
                     break
@@ -68,11 +76,14 @@ def _search_and_rank(run: ValidatedRun, show_progress: bool) -> SweepSummary:
     ranking = rank_task(run, context)
     trials = stored_trials(run.run_dir, context)
     emitted = emit_task(run, ranking, trials)
+    tally = Tally.of(trials)
+    publish_summary(run.identity.run_id, config, ranking, tally, str(run.run_dir.path),
+                    str(emitted.report.markdown) if emitted.report else None)
     dropped = ([f"dropped planner policies {run.policies.dropped}: {run.policies.reason}"]
                if run.policies.dropped else [])
     return SweepSummary(run_dir=str(run.run_dir.path), run_id=run.identity.run_id, pareto=config.goal.is_pareto,
                         objectives=tuple(o.value for o in config.goal.objectives), ranking=tuple(ranking),
-                        tally=Tally.of(trials), stalls=tuple(stalls),
+                        tally=tally, stalls=tuple(stalls),
                         warnings=(*branch_set.warnings, *dropped), load_predictor_reason=predictor.reason,
                         load_predictor_winners=dict(predictor.best_by_interval),
                         report=str(emitted.report.markdown) if emitted.report else None,

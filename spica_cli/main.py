@@ -1,4 +1,4 @@
-"""``spica`` command line: validate, schema, space, evaluate, sweep, show, emit.
+"""``spica`` command line: validate, schema, space, evaluate, sweep, show, emit, serve.
 
 Every command keeps one exit-code contract (``exits.py``): 0 success, 2 bad input with a message naming
 the field or the file and line, 1 when it ran but found nothing feasible; never a traceback.
@@ -65,6 +65,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return sweep_command(args.config, args.runs_root, args.run_dir, args.seed)
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from spica_cli.serve import serve_command
+
+    return serve_command()
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     from spica_cli.show import show_command
 
@@ -120,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", default=None, help="write the run here instead of runs/<run id>/")
     p.add_argument("--runs-root", default="runs", help="parent folder of run folders (default: runs)")
     p.add_argument("--seed", type=_seed, default=None, help="override sweep.seed (another seed is another run)")
+    add("serve", cmd_serve, "serve the sweep deployment spica-sweep/local against PREFECT_API_URL (the UI)",
+        config=False)
     p = add("show", cmd_show, "print a finished run's top candidates (or front) and where its files are", config=False)
     p.add_argument("run_dir", help="a run folder (runs/<run id>/ or a --run-dir)")
     p = add("emit", cmd_emit, "write DynamoGraphDeployment manifests for a finished run again (no replay)",

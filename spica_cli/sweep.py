@@ -21,17 +21,6 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def knobs(candidate: Candidate) -> str:
-    """Batching, router and planner of a candidate, compactly (what tells two same-shape rows apart)."""
-    batch = " ".join(f"{role[0].upper()}:{k.max_num_seqs}/{k.max_num_batched_tokens}"
-                     for role, k in candidate.engines.items())
-    r = candidate.router
-    router = f"kv({r.overlap_score_credit},{r.prefill_load_scale},{r.router_temperature})" if r.is_kv else "rr"
-    policy = candidate.planner.policy
-    planner = "" if policy == "disabled" else f" {policy if isinstance(policy, str) else 'custom'}"
-    return f"{batch} {router}{planner}"
-
-
 class Ranked(Protocol):
     """What a table row needs: a ranked candidate or an emitted record."""
 
@@ -60,7 +49,7 @@ def candidate_table(ranking: Sequence[Ranked], pareto: bool, objectives: Sequenc
         for r in ranking[:TOP]:
             m = r.metrics
             table.append([str(r.rank), _fmt(r.score), r.candidate.mode, r.candidate.backend,
-                          r.candidate.parallel.label(), str(r.used_gpus), knobs(r.candidate),
+                          r.candidate.parallel.label(), str(r.used_gpus), r.candidate.knobs_label(),
                           _fmt(m.get("output_throughput_tok_s")), _fmt(m.get("mean_ttft_ms")),
                           _fmt(m.get("mean_tpot_ms"))])
     widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h) for i, h in enumerate(header)]

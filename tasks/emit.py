@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 from prefect.artifacts import create_link_artifact, create_markdown_artifact
-from prefect.context import TaskRunContext
 
 from spica_core.emit import EmitOptions, Emitted, emit_outputs, load_records, provenance_of, records_of
 from spica_core.run.catalog import CATALOG
 from spica_core.run.fingerprint import file_fingerprint
 from spica_core.search import RankedCandidate, Tally, Trial
 from tasks.stage import stage
+from tasks.ui import artifact_key, in_flow_run
 from tasks.validate import ValidatedRun
 
 
@@ -28,10 +28,10 @@ def emit_task(run: ValidatedRun, ranking: list[RankedCandidate], trials: list[Tr
         rd.write("candidates", [r.to_row() for r in records], inputs)
         emitted = emit_outputs(rd, records, options, config=run.search_config, trials=trials, tally=tally,
                                provenance=provenance, trace_file=run.trace_file)
-    if TaskRunContext.get() is not None and emitted.report is not None:
-        key = f"spica-report-{run.identity.run_id[:12]}"
-        create_markdown_artifact(key=key, markdown=emitted.report.markdown.read_text(),
-                                 description=f"run {run.identity.run_id}: report")
-        create_link_artifact(key=f"spica-run-folder-{run.identity.run_id[:12]}",
-                             link=rd.path.resolve().as_uri(), description="the run folder")
+    if in_flow_run() and emitted.report is not None:
+        run_id = run.identity.run_id
+        create_markdown_artifact(key=artifact_key(run_id, "report"), markdown=emitted.report.markdown.read_text(),
+                                 description=f"run {run_id}: report ({emitted.report.markdown})")
+        create_link_artifact(key=artifact_key(run_id, "run-folder"), link=rd.path.resolve().as_uri(),
+                             description=f"run {run_id}: the run folder")
     return emitted

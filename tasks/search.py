@@ -5,10 +5,9 @@ tasks only read the run folder, call it, append what it evaluated and publish UI
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
-from prefect.artifacts import create_table_artifact
-from prefect.context import TaskRunContext
+from prefect.runtime import task_run
 
 from spica_core.evaluate import Evaluator
 from spica_core.run.catalog import CATALOG, RunDir
@@ -17,6 +16,7 @@ from spica_core.search import EvalCache, RankedCandidate, RoundResult, SearchCon
 from spica_core.space.branches import Branch
 
 from tasks.stage import stage
+from tasks.ui import publish_ranking, publish_round
 from tasks.validate import ValidatedRun
 
 
@@ -31,7 +31,13 @@ def stored_trials(rd: RunDir, context: SearchContext) -> list[Trial]:
     return [Trial.from_row(r) for r in rd.rows("trials")]
 
 
-@stage("search round", task_run_name="{branch.mode} round {round_no}", retries=1)
+def _round_name() -> str:
+    """Rounds are numbered from 1 for people (``round`` is 0-based in the artifacts' rows)."""
+    parameters = task_run.parameters
+    return f"{parameters['branch'].mode} round {parameters['round_no'] + 1}"
+
+
+@stage("search round", task_run_name=_round_name, retries=1)
 def round_task(run: ValidatedRun, branch: Branch, round_no: int, context: SearchContext, evaluator: Evaluator,
                cache: EvalCache, on_result: Callable[[Trial], None] | None = None) -> RoundResult:
     """Pick untried candidates → evaluate (parallel) → observe; each ask's trials are appended to trials.parquet
@@ -42,22 +48,11 @@ def round_task(run: ValidatedRun, branch: Branch, round_no: int, context: Search
         rd.write("trials", [], inputs)  # searched in another context: its scores do not carry over
     result = run_round(branch, context, round_no, stored_trials(rd, context), evaluator, cache, on_result,
                        on_batch=lambda new: rd.append("trials", [t.to_row() for t in new], inputs))
-    publish_table(f"spica-{branch.mode}-rounds", [t.to_row() for t in result.trials], TRIAL_COLUMNS,
-                  f"run {run.identity.run_id}: {branch.mode} round {round_no} ({result.unique} unique successes)")
+    publish_round(run.identity.run_id, run.search_config, branch.mode, round_no, result.trials,
+                  stored_trials(rd, context))
     if result.message:
         print(result.message)
     return result
-
-
-def publish_table(key: str, rows: list[dict[str, Any]], columns: tuple[str, ...], description: str) -> None:
-    """A table artifact for the Prefect UI (only inside a flow run; artifacts are versioned by key)."""
-    if TaskRunContext.get() is None or not rows:
-        return
-    create_table_artifact(key=key, table=[{c: r.get(c) for c in columns} for r in rows], description=description)
-
-
-TRIAL_COLUMNS = ("round", "trial", "status", "cache_hit", "backend", "parallel", "used_gpus", "score", "reason")
-RANK_COLUMNS = ("rank", "mode", "backend", "parallel", "used_gpus", "score", "objectives_json")
 
 
 @stage("rank / pareto", retries=2)
@@ -71,5 +66,5 @@ def rank_task(run: ValidatedRun, context: SearchContext) -> list[RankedCandidate
     ranked = rank_trials(trials, run.search_config)
     rows = [r.to_row() for r in ranked]
     rd.write("ranking", rows, inputs)
-    publish_table("spica-ranking", rows, RANK_COLUMNS, f"run {run.identity.run_id}: ranking / Pareto front")
+    publish_ranking(run.identity.run_id, run.search_config, ranked, str(rd.path))
     return ranked

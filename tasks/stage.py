@@ -46,8 +46,8 @@ class Stage(Generic[P, R]):
         return result
 
 
-def stage(name: str, *, task_run_name: str | None = None, retries: int = 0, log_prints: bool = False
-          ) -> Callable[[Callable[P, R]], Stage[P, R]]:
+def stage(name: str, *, task_run_name: str | Callable[[], str] | None = None, retries: int = 0,
+          log_prints: bool = False) -> Callable[[Callable[P, R]], Stage[P, R]]:
     def decorate(fn: Callable[P, R]) -> Stage[P, R]:
         @functools.wraps(fn)
         def body(*args: P.args, **kwargs: P.kwargs) -> Any:

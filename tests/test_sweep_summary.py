@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spica_cli.sweep import knobs, render_summary
+from spica_cli.sweep import render_summary
 from spica_core.config.model import SmartSearchConfig
 from spica_core.evaluate import Candidate, Status
 from spica_core.search import SweepSummary, Tally, Trial, rank_trials
@@ -30,8 +30,8 @@ DISAGG = candidate("disagg", {"prefill_max_num_seqs": 4, "prefill_max_num_batche
 
 
 def test_summary_knobs_tell_same_shape_rows_apart() -> None:
-    assert knobs(AGG) == "A:256/8192 kv(1.0,4.0,0.0) load_180_5"
-    assert knobs(DISAGG) == "P:4/16384 D:512/8192 rr"
+    assert AGG.knobs_label() == "A:256/8192 kv(1.0,4.0,0.0) load_180_5"
+    assert DISAGG.knobs_label() == "P:4/16384 D:512/8192 rr"
 
 
 def summary(**kw: Any) -> SweepSummary:

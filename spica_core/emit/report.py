@@ -69,7 +69,7 @@ class ReportFiles:
 
 # ---------------------------------------------------------------- metrics and number formatting
 
-_TARGETS: dict[str, tuple[str, str]] = {       # objective -> (label, unit)
+OBJECTIVE_LABELS: dict[str, tuple[str, str]] = {       # objective -> (label, unit)
     "throughput": ("throughput", "tok/s"),
     "throughput_per_gpu": ("throughput per GPU", "tok/s/GPU"),
     "throughput_per_user": ("throughput per user", "tok/s/user"),
@@ -154,7 +154,7 @@ def derived_metrics(metrics: Mapping[str, float], used_gpus: int | None = None) 
 
 
 def _target_label(objective: str) -> tuple[str, str]:
-    return _TARGETS.get(objective, (objective, ""))
+    return OBJECTIVE_LABELS.get(objective, (objective, ""))
 
 
 def _direction(objective: str) -> str:

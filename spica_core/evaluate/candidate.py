@@ -249,6 +249,16 @@ class Candidate:
 
     # ------------------------------------------------------------ the §9.1 wire format
 
+    def knobs_label(self) -> str:
+        """Batching, router and planner, compactly: what tells two rows of the same shape apart."""
+        batch = " ".join(f"{role[0].upper()}:{k.max_num_seqs}/{k.max_num_batched_tokens}"
+                         for role, k in self.engines.items())
+        r = self.router
+        router = f"kv({r.overlap_score_credit},{r.prefill_load_scale},{r.router_temperature})" if r.is_kv else "rr"
+        policy = self.planner.policy
+        planner = "" if policy == "disabled" else f" {policy if isinstance(policy, str) else 'custom'}"
+        return f"{batch} {router}{planner}"
+
     def to_sample(self) -> dict[str, Any]:
         """The flat unrolled sample (§9.1), plus the run fields once resolved."""
         out: dict[str, Any] = {"deployment_mode": self.mode, "backend": self.backend}

@@ -1,0 +1,167 @@
+"""What a Prefect user sees of a sweep: artifact keys per run, readable tables, progress, a summary.
+
+Everything here only publishes (artifacts and log lines) and is a no-op outside a flow run, so the
+stages stay callable from tests and the CLI prints its own output.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+from uuid import UUID
+
+from prefect.artifacts import create_markdown_artifact, create_progress_artifact, create_table_artifact
+from prefect.artifacts import update_progress_artifact
+from prefect.context import FlowRunContext
+from prefect.logging import get_run_logger
+
+from spica_core.config.model import MINIMIZED_TARGETS, SmartSearchConfig
+from spica_core.emit.report import OBJECTIVE_LABELS, fmt
+from spica_core.search import RankedCandidate, Tally, Trial
+
+
+def in_flow_run() -> bool:
+    return FlowRunContext.get() is not None
+
+
+def artifact_key(run_id: str, name: str) -> str:
+    """Keys are global in Prefect: one per run, so runs of different configs never interleave."""
+    return f"spica-{run_id[:12]}-{name}"
+
+
+def objective_value(config: SmartSearchConfig, score: float | None) -> float | None:
+    """The goal's value as a person reads it (the score is signed: minimised targets are negated)."""
+    if score is None:
+        return None
+    return -score if config.goal.target in MINIMIZED_TARGETS else score
+
+
+def _score_text(config: SmartSearchConfig, score: float | None) -> str:
+    target = config.goal.objectives[0].value
+    label, unit = OBJECTIVE_LABELS.get(target, (target, ""))
+    return f"{fmt(objective_value(config, score), unit)}"
+
+
+def _sla_text(config: SmartSearchConfig, metrics: dict[str, float], key: str, bound: float | None) -> str:
+    value = metrics.get(key)
+    if value is None:
+        return "—"
+    text = fmt(value, "ms")
+    if bound is None:
+        return text
+    return f"{text} {'≤' if value <= bound else '>'} {fmt(bound, 'ms')}"
+
+
+def candidate_row(config: SmartSearchConfig, rank: int | None, trial: Trial | RankedCandidate) -> dict[str, Any]:
+    """One readable row: the knobs that tell rows apart, the score with its unit, TTFT/ITL against the SLA."""
+    candidate = trial.candidate
+    sla = config.goal.sla
+    metrics = dict(trial.metrics)
+    row: dict[str, Any] = {} if rank is None else {"rank": rank}
+    row.update({
+        "round": trial.round + 1, "trial": trial.trial,
+        "mode": candidate.mode if candidate else trial.mode,
+        "backend": candidate.backend if candidate else "",
+        "parallel": candidate.parallel.label() if candidate else "",
+        "GPUs": candidate.parallel.used_gpus if candidate else "",
+        "batching / router / planner": candidate.knobs_label() if candidate else "",
+        "score": _score_text(config, trial.score) if trial.score is not None else "—",
+        "TTFT (SLA)": _sla_text(config, metrics, "mean_ttft_ms", sla.ttft_ms if sla else None),
+        "ITL (SLA)": _sla_text(config, metrics, "mean_itl_ms" if "mean_itl_ms" in metrics else "mean_tpot_ms",
+                               sla.itl_ms if sla else None),
+    })
+    if isinstance(trial, Trial):
+        row["outcome"] = "cache hit" if trial.cache_hit else trial.status.value
+        row["reason"] = trial.reason
+    return row
+
+
+def evaluation_line(config: SmartSearchConfig, trial: Trial) -> str:
+    c = trial.candidate
+    what = f"{c.mode} {c.backend} {c.parallel.label()} {c.knobs_label()}" if c else f"{trial.mode} (unbuilt)"
+    if trial.score is not None and trial.status.value == "feasible":
+        outcome = f"score {_score_text(config, trial.score)}" + (" (cache hit)" if trial.cache_hit else "")
+    else:
+        outcome = f"{trial.status.value}: {trial.reason or 'no reason recorded'}"
+    return f"{trial.mode} round {trial.round + 1} trial {trial.trial}: {what} → {outcome}"
+
+
+class UIProgress:
+    """A progress artifact updated as evaluations finish, and one log line per evaluation."""
+
+    def __init__(self, run_id: str, config: SmartSearchConfig, target: int):
+        self.config = config
+        self.target = max(1, target)
+        self.done = 0
+        self.best: float | None = None
+        self.artifact: UUID | None = None
+        if in_flow_run():
+            self.artifact = create_progress_artifact(progress=0.0, key=artifact_key(run_id, "progress"),
+                                                     description=f"run {run_id}: unique successful evaluations "
+                                                                 f"of {self.target}")
+
+    def count(self, trial: Trial) -> None:
+        if trial.is_evaluated_success:
+            self.done += 1
+            if trial.score is not None and math.isfinite(trial.score):
+                self.best = trial.score if self.best is None else max(self.best, trial.score)
+
+    def __call__(self, trial: Trial) -> None:
+        self.count(trial)
+        if not in_flow_run():
+            return
+        get_run_logger().info(evaluation_line(self.config, trial))
+        if self.artifact is not None:
+            update_progress_artifact(self.artifact, progress=min(100.0, 100.0 * self.done / self.target),
+                                     description=f"{self.done}/{self.target} evaluations, best "
+                                                 f"{_score_text(self.config, self.best)}")
+
+
+def publish_round(run_id: str, config: SmartSearchConfig, mode: str, round_no: int, trials: Sequence[Trial],
+                  all_trials: Sequence[Trial]) -> None:
+    if not in_flow_run() or not trials:
+        return
+    tally = Tally.of(all_trials)
+    scored = [t.score for t in all_trials if t.is_evaluated_success and t.score is not None and t.mode == mode]
+    best = _score_text(config, max(scored)) if scored else "—"
+    reasons = "; ".join(f"{n} × {r}" for r, n in tally.top_reasons()) or "none"
+    create_table_artifact(
+        key=artifact_key(run_id, f"{mode}-rounds"), table=[candidate_row(config, None, t) for t in trials],
+        description=f"run {run_id}: {mode} round {round_no + 1}, {len(trials)} evaluation(s); best so far {best}; "
+                    f"tally {tally.feasible} feasible of {tally.attempts} ({reasons})")
+
+
+def publish_ranking(run_id: str, config: SmartSearchConfig, ranking: Sequence[RankedCandidate], run_dir: str) -> None:
+    if not in_flow_run() or not ranking:
+        return
+    create_table_artifact(key=artifact_key(run_id, "ranking"),
+                          table=[candidate_row(config, r.rank, r) for r in ranking],
+                          description=f"run {run_id}: {'Pareto front' if config.goal.is_pareto else 'ranking'}; "
+                                      f"run folder {run_dir}")
+
+
+def publish_summary(run_id: str, config: SmartSearchConfig, ranking: Sequence[RankedCandidate], tally: Tally,
+                    run_dir: str, report: str | None) -> None:
+    """The flow run's markdown summary: the winner, its settings, its metrics against the SLA, where it all is."""
+    if not in_flow_run():
+        return
+    lines = [f"# Spica sweep {run_id[:12]}", "", f"Run folder: `{run_dir}`", ""]
+    if ranking:
+        w = ranking[0]
+        c = w.candidate
+        sla = config.goal.sla
+        lines += [f"## Winner: {c.mode} {c.backend} {c.parallel.label()} ({w.used_gpus} GPUs)", "",
+                  f"- score: {_score_text(config, w.score)} ({config.goal.target.value})",
+                  f"- settings: {c.knobs_label()}",
+                  f"- TTFT: {_sla_text(config, dict(w.metrics), 'mean_ttft_ms', sla.ttft_ms if sla else None)}",
+                  f"- ITL: {_sla_text(config, dict(w.metrics), 'mean_tpot_ms', sla.itl_ms if sla else None)}",
+                  f"- throughput: {fmt(w.metrics.get('output_throughput_tok_s'), 'tok/s')}",
+                  f"- found in round {w.round + 1}, trial {w.trial}"]
+    else:
+        reasons = "; ".join(f"{n} × {r}" for r, n in tally.top_reasons()) or "no evaluations"
+        lines += ["## No feasible candidate", "", f"{tally.attempts} attempts: {reasons}"]
+    lines += ["", f"Tally: {tally.feasible} feasible, {tally.infeasible} infeasible, {tally.failed} failed, "
+                  f"{tally.unsupported} unsupported, {tally.cache_hits} cache hits."]
+    if report:
+        lines += ["", f"Report: `{report}` (the full report is the `{artifact_key(run_id, 'report')}` artifact)."]
+    create_markdown_artifact(key=artifact_key(run_id, "summary"), markdown="\n".join(lines),
+                             description=f"run {run_id}: summary")
