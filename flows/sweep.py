@@ -21,7 +21,8 @@ from tasks.validate import ValidatedRun, validate_config
 
 @flow(name="spica-sweep", log_prints=True)
 def sweep(config: SmartSearchConfig | None = None, config_path: str | None = None, runs_root: str = "runs",
-          run_dir: str | None = None, seed: int | None = None, show_progress: bool = False) -> SweepSummary | State:
+          run_dir: str | None = None, seed: int | None = None, from_stage: str | None = None,
+          show_progress: bool = False) -> SweepSummary | State:
     """Find the best Dynamo deployment: validate → enumerate branches → KV filter, load-predictor sub-sweep →
     search rounds → rank / Pareto → emit candidates, manifests and the report.
 
@@ -34,10 +35,12 @@ def sweep(config: SmartSearchConfig | None = None, config_path: str | None = Non
         runs_root: Parent folder of the run folders; a run goes to RUNS_ROOT/<run id>/.
         run_dir: Write the run to this folder instead of RUNS_ROOT/<run id>/.
         seed: Overrides sweep.seed (another seed is another run).
+        from_stage: Recompute this stage and every stage computed from it (config, branches, shapes,
+            load_predictor, trials, ranking, candidates); the others are read back from the run folder.
         show_progress: Draw a progress bar on the terminal (for `spica sweep`; the UI has its own artifact).
     """
     try:
-        run = validate_config(config_path, runs_root, run_dir, seed, config)  # locks the run folder
+        run = validate_config(config_path, runs_root, run_dir, seed, config, from_stage)  # locks the run folder
         try:
             return _search_and_rank(run, show_progress)
         finally:

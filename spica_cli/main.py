@@ -62,7 +62,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from spica_cli.sweep import sweep_command
 
-    return sweep_command(args.config, args.runs_root, args.run_dir, args.seed)
+    return sweep_command(args.config, args.runs_root, args.run_dir, args.seed, args.from_stage)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -126,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", default=None, help="write the run here instead of runs/<run id>/")
     p.add_argument("--runs-root", default="runs", help="parent folder of run folders (default: runs)")
     p.add_argument("--seed", type=_seed, default=None, help="override sweep.seed (another seed is another run)")
+    from spica_core.run.catalog import CATALOG
+
+    p.add_argument("--from-stage", choices=list(CATALOG), default=None, metavar="STAGE",
+                   help="recompute this stage and everything computed from it: " + ", ".join(CATALOG))
     add("serve", cmd_serve, "serve the sweep deployment spica-sweep/local against PREFECT_API_URL (the UI)",
         config=False)
     p = add("show", cmd_show, "print a finished run's top candidates (or front) and where its files are", config=False)

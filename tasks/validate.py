@@ -6,7 +6,7 @@ from pathlib import Path
 
 
 from spica_core.errors import ConfigError, Issue, RunDirError
-from spica_core.run.catalog import CATALOG, RunDir
+from spica_core.run.catalog import CATALOG, RunDir, downstream
 from spica_core.config.model import SmartSearchConfig
 from spica_core.config.policies import PolicyFilter, filter_for_goal, with_policies
 from spica_core.run import lock
@@ -28,13 +28,14 @@ class ValidatedRun:
 
 @stage("validate", retries=2, log_prints=True)
 def validate_config(config_path: str | None = None, runs_root: str | None = None, run_dir: str | None = None,
-                    seed: int | None = None, config: SmartSearchConfig | None = None) -> ValidatedRun:
+                    seed: int | None = None, config: SmartSearchConfig | None = None,
+                    from_stage: str | None = None) -> ValidatedRun:
     """Exactly one of ``config_path`` and ``config`` (inline, from the Prefect form); ``seed`` overrides
     ``sweep.seed`` (part of the run identity: another seed is another run).
 
     The run folder is locked for this process first, so a second sweep on it stops at once. The config is
     always checked (the run id is its fingerprint); a fresh ``config.parquet`` already holds exactly this
-    run, so it is left as it is.
+    run, so it is left as it is. ``from_stage`` recomputes that stage and every stage computed from it.
     """
     if (config is None) == (config_path is None):
         raise ConfigError("sweep parameters", [Issue("config", "give exactly one of config (the config itself) "
@@ -42,7 +43,7 @@ def validate_config(config_path: str | None = None, runs_root: str | None = None
     located = locate(config if config is not None else config_path, runs_root, run_dir, seed)
     config, trace, identity = located.config, located.trace_file, located.identity
     lock.acquire(located.folder)  # one sweep per folder; released when the flow ends (or the process dies)
-    rd = RunDir(located.folder)
+    rd = RunDir(located.folder, downstream(from_stage) if from_stage else ())
     held = rd.rows("config")[0]["run_id"] if rd.readable("config") else identity.run_id
     if held != identity.run_id:
         raise RunDirError(f"{rd.path} holds a different run ({held}); choose another --run-dir")

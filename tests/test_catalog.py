@@ -390,3 +390,31 @@ def test_a_finished_sweep_rerun_reads_every_stage_back(tmp_path: Path, calls: Ca
                             "evaluate_one": 2, "rank_trials": 1}
     assert stamps(tmp_path / "run") == written  # no artifact rewritten
     assert again.ranking == first.ranking and len(first.ranking) == 2
+
+    # A corrupt shapes.parquet: only the KV filter runs again; its result is the same, so nothing downstream does.
+    (tmp_path / "run" / "shapes.parquet").write_bytes(b"not parquet")
+    third = sweep(config_path=str(path), run_dir=str(tmp_path / "run"))
+    assert calls.counts == {"legal_space": 1, "estimate_shapes": 2, "shape_kv": 2, "sweep_load_predictor": 1,
+                            "evaluate_one": 2, "rank_trials": 1}
+    changed = {name for name, stamp in stamps(tmp_path / "run").items() if written.get(name) != stamp}
+    assert changed == {"shapes.parquet", "shapes.parquet.unreadable"}
+    assert third.ranking == first.ranking
+
+    # --from-stage ranking: the ranking and the emit stage are recomputed, nothing upstream.
+    before = stamps(tmp_path / "run")
+    sweep(config_path=str(path), run_dir=str(tmp_path / "run"), from_stage="ranking")
+    assert calls.counts["rank_trials"] == 2 and calls.counts["evaluate_one"] == 2 and calls.counts["shape_kv"] == 2
+    changed = {name for name, stamp in stamps(tmp_path / "run").items() if before.get(name) != stamp}
+    assert {"ranking.parquet", "candidates.parquet", "report.md"} <= changed
+    assert not changed & {"config.parquet", "branches.parquet", "shapes.parquet", "load_predictor.parquet",
+                          "trials.parquet"}
+
+
+def test_from_stage_names_what_it_recomputes() -> None:
+    from spica_core.run.catalog import downstream
+
+    assert downstream("shapes") == ("shapes", "trials", "ranking", "candidates")
+    assert downstream("load_predictor") == ("load_predictor", "trials", "ranking", "candidates")
+    assert downstream("candidates") == ("candidates",)
+    with pytest.raises(RunDirError, match="unknown stage 'kv'"):
+        downstream("kv")

@@ -45,6 +45,7 @@ class Stage:
     row_type: str               # dotted path of the Python type the rows stand for
     rows_are: str               # what one row is, and how rows make up the row type
     inputs: tuple[str, ...]     # the named values the input fingerprint is formed from
+    after: tuple[str, ...] = ()       # the stages whose results it is computed from (for --from-stage)
     companions: tuple[str, ...] = ()  # files the stage writes next to its Parquet, for people and kubectl
 
     def fingerprint(self, **inputs: Any) -> str:
@@ -128,34 +129,47 @@ _STAGES: Final = (
     Stage("branches", "branches.parquet", BRANCHES_SCHEMA, "spica_core.space.branches.BackendSpace",
           "one (mode, backend, parallel config) legality verdict, or one config-less row for a pair that "
           "cannot run; the rows of a (mode, backend) pair are one BackendSpace, all rows one LegalSpace",
-          ("search_config", "engines")),
+          ("search_config", "engines"), after=("config",)),
     Stage("shapes", "shapes.parquet", SHAPES_SCHEMA, "spica_core.space.kv.ShapeKV",
           "the KV verdict of one distinct (backend, worker shape)",
-          ("branches",)),
+          ("branches",), after=("branches",)),
     Stage("load_predictor", "load_predictor.parquet", LOAD_PREDICTOR_SCHEMA,
           "spica_core.predictors.LoadPredictorResult",
           "one (throughput interval, predictor entry) loss, or an unscored winner; all rows are one "
-          "LoadPredictorResult", ("search_config", "trace")),
+          "LoadPredictorResult", ("search_config", "trace"), after=("config",)),
     Stage("trials", "trials.parquet", TRIALS_SCHEMA, "spica_core.search.Trial",
           "one attempt of one round of one branch (appended per ask)",
-          ("context",)),
+          ("context",), after=("shapes", "load_predictor")),
     Stage("ranking", "ranking.parquet", RANKING_SCHEMA, "spica_core.search.RankedCandidate",
           "one ranked candidate (scalar rank) or one member of the Pareto front",
-          ("trials",)),
+          ("trials",), after=("trials",)),
     Stage("candidates", "candidates.parquet", CANDIDATES_SCHEMA, "spica_core.emit.records.CandidateRecord",
           "one emitted candidate (the ranked list, or the Pareto front) with the run's tally and provenance",
-          ("ranking", "options"),
+          ("ranking", "options"), after=("ranking",),
           companions=("candidates.json", "candidates.csv", "manifests/", "report.md", "report.html", "report/")),
 )
 
 CATALOG: Final[Mapping[str, Stage]] = {s.name: s for s in _STAGES}
 
 
+def downstream(stage: str) -> tuple[str, ...]:
+    """``stage`` and every stage computed from it, in catalog order (what ``--from-stage`` recomputes)."""
+    if stage not in CATALOG:
+        raise RunDirError(f"--from-stage: unknown stage {stage!r}; stages: {', '.join(CATALOG)}")
+    hit = {stage}
+    for s in _STAGES:
+        if hit & set(s.after):
+            hit.add(s.name)
+    return tuple(s.name for s in _STAGES if s.name in hit)
+
+
 class RunDir:
     """``runs/<run id>/``: where one sweep's artifacts live, read and written by stage name."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, recompute: Sequence[str] = ()):
+        """``recompute``: stages whose artifact is treated as stale until this process writes it again."""
         self.path = Path(path)
+        self._stale = set(recompute)
 
     @classmethod
     def for_run(cls, run_id: str, runs_root: str | Path | None = None) -> RunDir:
@@ -195,8 +209,15 @@ class RunDir:
 
     def fresh(self, stage: str, inputs_fingerprint: str) -> bool:
         """Present, computed from these inputs and with the declared columns: read it instead of recomputing."""
+        if stage in self._stale:
+            return False
         schema = self._schema(stage)
-        return schema is not None and (schema.metadata or {}).get(FINGERPRINT_KEY) == inputs_fingerprint.encode()
+        if schema is None:
+            return False
+        if (schema.metadata or {}).get(FINGERPRINT_KEY) != inputs_fingerprint.encode():
+            log.warning("%s was computed from other inputs; computing the stage again", self.artifact(stage))
+            return False
+        return True
 
     def write(self, stage: str, rows: Sequence[Mapping[str, Any]], inputs_fingerprint: str) -> Path:
         """Replace the artifact with these rows, tagged with the fingerprint of the inputs they came from."""
@@ -207,6 +228,7 @@ class RunDir:
                 raise ValueError(f"a {stage} row must have exactly the columns {spec.schema.names}; "
                                  f"missing {sorted(names - set(row))}, extra {sorted(set(row) - names)}")
         schema = spec.schema.with_metadata({FINGERPRINT_KEY: inputs_fingerprint.encode()})
+        self._stale.discard(stage)
         return _write_atomic(pa.Table.from_pylist(list(rows), schema=schema), self.artifact(stage))
 
     def append(self, stage: str, rows: Sequence[Mapping[str, Any]], inputs_fingerprint: str) -> Path:
