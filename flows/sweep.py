@@ -8,6 +8,7 @@ from spica_core.config.model import SmartSearchConfig
 from spica_core.errors import SpicaError
 from spica_core.evaluate import make_evaluator
 from spica_core.run import lock
+from spica_core.run.catalog import StageName
 from spica_core.search import EvalCache, SearchContext, SweepSummary, Tally, Trial, round_plan
 from tasks.emit import emit_task
 from tasks.load_predictor import load_predictor_task
@@ -21,7 +22,7 @@ from tasks.validate import ValidatedRun, validate_config
 
 @flow(name="spica-sweep", log_prints=True)
 def sweep(config: SmartSearchConfig | None = None, config_path: str | None = None, runs_root: str = "runs",
-          run_dir: str | None = None, seed: int | None = None, from_stage: str | None = None,
+          run_dir: str | None = None, seed: int | None = None, from_stage: StageName | None = None,
           show_progress: bool = False) -> SweepSummary | State:
     """Find the best Dynamo deployment: validate → enumerate branches → KV filter, load-predictor sub-sweep →
     search rounds → rank / Pareto → emit candidates, manifests and the report.
@@ -32,8 +33,8 @@ def sweep(config: SmartSearchConfig | None = None, config_path: str | None = Non
             directory of the process that runs the flow (for `spica serve`, where it was started).
         config_path: A config YAML file instead of config, relative to that working directory; paths in
             the file resolve against the file's own folder.
-        runs_root: Parent folder of the run folders; a run goes to RUNS_ROOT/<run id>/.
-        run_dir: Write the run to this folder instead of RUNS_ROOT/<run id>/.
+        runs_root: Parent folder of the run folders; a run goes to RUNS_ROOT/RUN_ID/.
+        run_dir: Write the run to this folder instead of RUNS_ROOT/RUN_ID/.
         seed: Overrides sweep.seed (another seed is another run).
         from_stage: Recompute this stage and every stage computed from it (config, branches, shapes,
             load_predictor, trials, ranking, candidates); the others are read back from the run folder.

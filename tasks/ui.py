@@ -58,7 +58,7 @@ def candidate_row(config: SmartSearchConfig, rank: int | None, trial: Trial | Ra
     metrics = dict(trial.metrics)
     row: dict[str, Any] = {} if rank is None else {"rank": rank}
     row.update({
-        "round": trial.round + 1, "trial": trial.trial,
+        "round": trial.round + 1, "trial": trial.trial + 1,
         "mode": candidate.mode if candidate else trial.mode,
         "backend": candidate.backend if candidate else "",
         "parallel": candidate.parallel.label() if candidate else "",
@@ -82,7 +82,7 @@ def evaluation_line(config: SmartSearchConfig, trial: Trial) -> str:
         outcome = f"score {_score_text(config, trial.score)}" + (" (cache hit)" if trial.cache_hit else "")
     else:
         outcome = f"{trial.status.value}: {trial.reason or 'no reason recorded'}"
-    return f"{trial.mode} round {trial.round + 1} trial {trial.trial}: {what} → {outcome}"
+    return f"{trial.mode} round {trial.round + 1} trial {trial.trial + 1}: {what} → {outcome}"
 
 
 class UIProgress:
@@ -155,7 +155,7 @@ def publish_summary(run_id: str, config: SmartSearchConfig, ranking: Sequence[Ra
                   f"- TTFT: {_sla_text(config, dict(w.metrics), 'mean_ttft_ms', sla.ttft_ms if sla else None)}",
                   f"- ITL: {_sla_text(config, dict(w.metrics), 'mean_tpot_ms', sla.itl_ms if sla else None)}",
                   f"- throughput: {fmt(w.metrics.get('output_throughput_tok_s'), 'tok/s')}",
-                  f"- found in round {w.round + 1}, trial {w.trial}"]
+                  f"- found in round {w.round + 1}, trial {w.trial + 1}"]
     else:
         reasons = "; ".join(f"{n} × {r}" for r, n in tally.top_reasons()) or "no evaluations"
         lines += ["## No feasible candidate", "", f"{tally.attempts} attempts: {reasons}"]

@@ -15,7 +15,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Mapping, Sequence
+from typing import Any, Final, Literal, Mapping, Sequence, get_args
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -150,6 +150,8 @@ _STAGES: Final = (
 )
 
 CATALOG: Final[Mapping[str, Stage]] = {s.name: s for s in _STAGES}
+StageName = Literal["config", "branches", "shapes", "load_predictor", "trials", "ranking", "candidates"]
+assert get_args(StageName) == tuple(CATALOG), "StageName lists the catalog's stages in order"
 
 
 def downstream(stage: str) -> tuple[str, ...]:

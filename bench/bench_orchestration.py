@@ -1,0 +1,207 @@
+"""The orchestration benchmark: what Prefect and the run folder cost a user, measured on the quick start.
+
+    .venv/bin/python bench/bench_orchestration.py      # ~4 min on 2 cores
+
+Writes ``bench/results/orchestration.json`` and its section of ``docs/benchmarks.md``:
+
+1. a finished run, re-run with the same command: its wall time (every stage read back, no replay),
+   with Prefect's temporary server and against an already running local server (target < 10 s);
+2. a sweep killed (SIGKILL to its process group) mid-round and run again to the end: evaluations
+   repeated (a recorded evaluation replayed again; target 0), against an uninterrupted run of the
+   same seed;
+3. Prefect's per-evaluation cost inside a flow run (the log line and the progress-artifact update of
+   one evaluation) and per stage (one task run), against the quick start's median replay time.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = REPO / "examples" / "quickstart.yaml"
+RESULTS = REPO / "bench" / "results" / "orchestration.json"
+DOCS = REPO / "docs" / "benchmarks.md"
+SPICA = [sys.executable, "-m", "spica_cli.main"]
+
+
+def env(home: Path, api: str | None = None) -> dict[str, str]:
+    out = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
+    out.pop("PREFECT_API_URL", None)
+    if api:
+        out["PREFECT_API_URL"] = api
+    return out
+
+
+def sweep(run_dir: Path, environment: dict[str, str]) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run([*SPICA, "sweep", str(CONFIG), "--run-dir", str(run_dir)], cwd=REPO, env=environment,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"sweep failed:\n{proc.stderr[-3000:]}")
+    return time.perf_counter() - start
+
+
+def trials(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "trials.parquet"
+    return pq.read_table(path).to_pylist() if path.exists() else []
+
+
+def evaluated(rows: list[dict[str, Any]]) -> list[str]:
+    return [r["cache_key"] for r in rows if not r["cache_hit"] and r["status"] != "unsupported"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def resume(tmp: Path) -> dict[str, Any]:
+    run_dir = tmp / "resume"
+    first = sweep(run_dir, env(tmp / "prefect-a"))
+    again = sweep(run_dir, env(tmp / "prefect-a"))
+    port = free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port",
+                               str(port)], cwd=REPO, env=env(tmp / "prefect-b"), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"{api}/health", timeout=5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
+        with_server = sweep(run_dir, env(tmp / "prefect-b", api))
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+    return {"first_wall_s": first, "resume_wall_s": again, "resume_wall_with_server_s": with_server}
+
+
+def kill_and_resume(tmp: Path) -> dict[str, Any]:
+    reference = tmp / "uninterrupted"
+    sweep(reference, env(tmp / "prefect-c"))
+    want = evaluated(trials(reference))
+    run_dir = tmp / "killed"
+    proc = subprocess.Popen([*SPICA, "sweep", str(CONFIG), "--run-dir", str(run_dir)], cwd=REPO,
+                            env=env(tmp / "prefect-d"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + 300
+    while len(trials(run_dir)) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = evaluated(trials(run_dir))
+    sweep(run_dir, env(tmp / "prefect-d"))
+    after = evaluated(trials(run_dir))
+    new = after[len(before):]
+    return {"recorded_before_kill": len(before), "evaluations_uninterrupted": len(want),
+            "evaluations_after_resume": len(new), "repeated": sum(1 for k in new if k in set(before)),
+            "same_trials_as_uninterrupted": sorted(after) == sorted(want)}
+
+
+PREFECT_COST = """
+import json, statistics, sys, time
+from prefect import flow, task
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.logging import get_run_logger
+
+@task
+def stage(i: int) -> int:
+    return i
+
+@flow
+def probe(n: int) -> dict:
+    log = get_run_logger()
+    artifact = create_progress_artifact(progress=0.0, key="bench-progress")
+    per_eval = []
+    for i in range(n):
+        t = time.perf_counter()
+        log.info("agg round 1 trial %d: vllm 2xTP2 -> score 338.7", i)
+        update_progress_artifact(artifact, progress=100.0 * (i + 1) / n)
+        per_eval.append(time.perf_counter() - t)
+    per_task = []
+    for i in range(20):
+        t = time.perf_counter()
+        stage(i)
+        per_task.append(time.perf_counter() - t)
+    return {"per_evaluation_s": statistics.median(per_eval), "per_task_s": statistics.median(per_task)}
+
+print(json.dumps(probe(int(sys.argv[1]))))
+"""
+
+
+def prefect_cost(tmp: Path, replay_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, "-c", PREFECT_COST, "100"], cwd=REPO, env=env(tmp / "prefect-e"),
+                          capture_output=True, text=True, check=True)
+    cost = json.loads(proc.stdout.strip().splitlines()[-1])
+    replays = [r["replay_seconds"] for r in replay_rows if r.get("replay_seconds")]
+    median_replay = statistics.median(replays)
+    return {**cost, "median_replay_s": median_replay, "per_evaluation_ratio": cost["per_evaluation_s"] / median_replay}
+
+
+def write_docs(r: dict[str, Any]) -> None:
+    res, kill, cost = r["resume"], r["kill"], r["prefect"]
+    lines = [f"_Measured {r['date']} on {r['machine']}. Command: `python bench/bench_orchestration.py` "
+             f"({r['bench_wall_s'] / 60:.0f} min). Config: `examples/quickstart.yaml`._", "",
+             f"- **Resume of a finished run** (same command again, every stage read back): "
+             f"**{res['resume_wall_s']:.1f} s** with Prefect's temporary server, "
+             f"**{res['resume_wall_with_server_s']:.1f} s** against a running local server (target < 10 s; the "
+             f"first run took {res['first_wall_s']:.1f} s).",
+             f"- **Kill and resume** (SIGKILL to the sweep's process group after {kill['recorded_before_kill']} "
+             f"recorded evaluations): **{kill['repeated']} evaluations repeated** (target 0); "
+             f"{kill['evaluations_after_resume']} more evaluated after the resume, "
+             f"{kill['recorded_before_kill'] + kill['evaluations_after_resume']} in all against "
+             f"{kill['evaluations_uninterrupted']} uninterrupted; the same trials as the uninterrupted run: "
+             f"{'yes' if kill['same_trials_as_uninterrupted'] else 'no'}.",
+             f"- **Prefect's cost per evaluation** (a log line and a progress-artifact update): "
+             f"{cost['per_evaluation_s'] * 1000:.1f} ms, **{cost['per_evaluation_ratio']:.1%}** of the quick start's "
+             f"median replay ({cost['median_replay_s'] * 1000:.0f} ms); per task run (one stage or round) "
+             f"{cost['per_task_s'] * 1000:.0f} ms.", ""]
+    text = DOCS.read_text()
+    begin, end = "<!-- bench_orchestration:begin -->", "<!-- bench_orchestration:end -->"
+    block = f"{begin}\n" + "\n".join(lines) + f"\n{end}"
+    if begin in text:
+        text = text[:text.index(begin)] + block + text[text.index(end) + len(end):]
+    else:
+        text = text.rstrip() + "\n\n## Orchestration (`bench/bench_orchestration.py`)\n\n" + block + "\n"
+    DOCS.write_text(text)
+
+
+def main() -> None:
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="spica-bench-orch-") as name:
+        tmp = Path(name)
+        resume_result = resume(tmp)
+        kill = kill_and_resume(tmp)
+        cost = prefect_cost(tmp, trials(tmp / "uninterrupted"))
+    results = {"date": time.strftime("%Y-%m-%d"),
+               "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+               "bench_wall_s": time.perf_counter() - started, "resume": resume_result, "kill": kill,
+               "prefect": cost}
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    write_docs(results)
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
