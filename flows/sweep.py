@@ -23,7 +23,7 @@ from tasks.validate import ValidatedRun, validate_config
 @flow(name="spica-sweep", log_prints=True)
 def sweep(config: SmartSearchConfig | None = None, config_path: str | None = None, runs_root: str = "runs",
           run_dir: str | None = None, seed: int | None = None, from_stage: StageName | None = None,
-          show_progress: bool = False) -> SweepSummary | State:
+          warm_start: str | None = None, show_progress: bool = False) -> SweepSummary | State:
     """Find the best Dynamo deployment: validate → enumerate branches → KV filter, load-predictor sub-sweep →
     search rounds → rank / Pareto → emit candidates, manifests and the report.
 
@@ -38,10 +38,12 @@ def sweep(config: SmartSearchConfig | None = None, config_path: str | None = Non
         seed: Overrides sweep.seed (another seed is another run).
         from_stage: Recompute this stage and every stage computed from it (config, branches, shapes,
             load_predictor, trials, ranking, candidates); the others are read back from the run folder.
+        warm_start: An earlier run folder (e.g. of the same config on an older trace): its top candidates
+            are evaluated first, on this run's trace; no score is carried over.
         show_progress: Draw a progress bar on the terminal (for `spica sweep`; the UI has its own artifact).
     """
     try:
-        run = validate_config(config_path, runs_root, run_dir, seed, config, from_stage)  # locks the run folder
+        run = validate_config(config_path, runs_root, run_dir, seed, config, from_stage, warm_start)  # locks the folder
         try:
             return _search_and_rank(run, show_progress)
         finally:
@@ -54,7 +56,8 @@ def _search_and_rank(run: ValidatedRun, show_progress: bool) -> SweepSummary:
     config = run.search_config
     branch_set = kv_filter_task(enumerate_branches_task(config, run.run_dir), run.run_dir)
     predictor = load_predictor_task(run)
-    context = SearchContext(config, str(run.trace_file) if run.trace_file else None, predictor)
+    context = SearchContext(config, str(run.trace_file) if run.trace_file else None, predictor,
+                            warm_start=run.warm_start)
     done = stored_trials(run.run_dir, context)  # a resumed run starts from what is already done
     cache = EvalCache.of(done)
     rounds, target = round_plan(branch_set.branches, config)

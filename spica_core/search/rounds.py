@@ -39,6 +39,7 @@ class SearchContext:
     trace_file: str | None
     load_predictor: LoadPredictorResult | None
     profile_dir: str | None = None
+    warm_start: tuple[Trial, ...] = ()  # an earlier run's top trials, evaluated first (never their scores)
     suggesters: dict[str, Suggester] = field(default_factory=dict, compare=False, repr=False)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -51,7 +52,10 @@ class SearchContext:
     def key(self) -> str:
         """Computed once: every proposal's cache key includes it."""
         lp = self.load_predictor
-        return fingerprint({"config": self.config.normalised(), "load_predictor": lp.rows() if lp else None})
+        key: dict[str, Any] = {"config": self.config.normalised(), "load_predictor": lp.rows() if lp else None}
+        if self.warm_start:  # what is evaluated first is part of what the run searched
+            key["warm_start"] = [[t.mode, t.selection, t.parallel.to_dict()] for t in self.warm_start]
+        return fingerprint(key)
 
     def objectives(self) -> list[tuple[str, str]]:
         goal = self.config.goal
@@ -71,7 +75,8 @@ class SearchContext:
         else:
             made = VizierSuggester(branch, self.objectives(), pareto=self.config.goal.is_pareto,
                                    algorithm=sweep.algorithm.value, seed=sweep.seed,
-                                   budget=sweep.max_rounds * sweep.per_round, workers=sweep.workers)
+                                   budget=sweep.max_rounds * sweep.per_round, workers=sweep.workers,
+                                   warm_start=[t for t in self.warm_start if t.mode == branch.mode])
         self.suggesters[branch.mode] = made
         return made
 

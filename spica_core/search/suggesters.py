@@ -60,8 +60,10 @@ class VizierSuggester:
     stalls = True
 
     def __init__(self, branch: Branch, objectives: Sequence[tuple[str, str]], *, pareto: bool, algorithm: str,
-                 seed: int, budget: int, workers: int = 1):
+                 seed: int, budget: int, workers: int = 1, warm_start: Sequence[Trial] = ()):
         self.space = CandidateSpace(branch)
+        # An earlier run's top candidates, asked for first; those outside this space are skipped.
+        self.warm = list(dict.fromkeys(i for i in map(self.space.index_of, warm_start) if i is not None))
         self.pareto = pareto
         self.budget = budget
         self.workers = workers
@@ -76,6 +78,9 @@ class VizierSuggester:
     def suggest(self, count: int, trials: Sequence[Trial], step: int) -> list[Proposal]:
         mine = [t for t in trials if t.mode == self.space.mode]
         seen = self.space.seen(mine)
+        first = [i for i in self.warm if i not in seen][:count]
+        if first:
+            return [self.space.proposal(i, "warm-start") for i in first]
         untried = self.space.size - len(seen)
         if untried <= max(0, self.budget - len(seen)):
             return [self.space.proposal(i) for i in itertools.islice(self.space.unseen(seen), count)]
