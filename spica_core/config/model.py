@@ -6,6 +6,7 @@ that name the YAML path, the offending value and what is allowed (``issues.py``)
 from __future__ import annotations
 
 import math
+import re
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Callable, Union
@@ -478,6 +479,15 @@ class VizierAlgorithm(str, Enum):
     QUASI_RANDOM_SEARCH = "QUASI_RANDOM_SEARCH"
 
 
+CLUSTER_ADDRESS = re.compile(r"^(tcp|ray)://[^\s/:]+:\d+$")
+
+
+def _cluster_address(value: str) -> str:
+    if not CLUSTER_ADDRESS.fullmatch(value):
+        raise ValueError("must be tcp://HOST:PORT (a Dask scheduler) or ray://HOST:PORT (a Ray head)")
+    return value
+
+
 class SweepConfig(_Model):
     max_rounds: _int_upto(limits.MAX_ROUNDS) = 20
     parallel_evals: _int_upto(limits.PARALLEL_EVALS) | None = Field(
@@ -487,6 +497,10 @@ class SweepConfig(_Model):
     seed: _int_upto(limits.SEED, minimum=0) = 0
     policy: SweepPolicy = SweepPolicy.rapid
     algorithm: VizierAlgorithm = VizierAlgorithm.DEFAULT
+    cluster: Annotated[str, AfterValidator(_cluster_address)] | None = Field(
+        default=None, json_schema_extra={"pattern": CLUSTER_ADDRESS.pattern}, description="run the evaluations on an existing cluster: tcp://HOST:PORT (a Dask "
+                                            "scheduler) or ray://HOST:PORT (a Ray head); where is not what, so it "
+                                            "is not part of the run's identity")
 
     @property
     def per_round(self) -> int:
@@ -581,8 +595,9 @@ class SmartSearchConfig(_Model):
                                                self.workload.trace_path, True)])
 
     def normalised(self) -> dict[str, Any]:
-        """The canonical JSON-able form: defaults filled, duplicates removed, injections applied."""
-        return self.model_dump(mode="json")
+        """The canonical JSON-able form (defaults filled, duplicates removed, injections applied) that a run's
+        identity and its fingerprints are made of; where evaluations run (``sweep.cluster``) is left out."""
+        return self.model_dump(mode="json", exclude={"sweep": {"cluster"}})
 
 
 __all__ = [

@@ -26,8 +26,8 @@ def with_seed(config: SmartSearchConfig, seed: int | None) -> SmartSearchConfig:
     """``seed`` overrides ``sweep.seed`` (part of the run identity: another seed is another run)."""
     if seed is None:
         return config
-    normalised = config.normalised()
-    return SmartSearchConfig.model_validate({**normalised, "sweep": {**normalised["sweep"], "seed": seed}})
+    data = config.model_dump(mode="json")
+    return SmartSearchConfig.model_validate({**data, "sweep": {**data["sweep"], "seed": seed}})
 
 
 def load_inputs(source: str | Path | SmartSearchConfig, seed: int | None = None) -> Inputs:
