@@ -62,13 +62,19 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from spica_cli.sweep import sweep_command
 
-    return sweep_command(args.config, args.runs_root, args.run_dir, args.seed, args.from_stage)
+    return sweep_command(args.config, args.runs_root, args.run_dir, args.seed, args.from_stage, args.warm_start)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from spica_cli.serve import serve_command
 
-    return serve_command()
+    return serve_command(args.resweep, args.interval, args.cron)
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from spica_cli.serve import watch_command
+
+    return watch_command(args.config, args.runs_root, args.every, args.once)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -130,8 +136,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p.add_argument("--from-stage", choices=list(CATALOG), default=None, metavar="STAGE",
                    help="recompute this stage and everything computed from it: " + ", ".join(CATALOG))
-    add("serve", cmd_serve, "serve the sweep deployment spica-sweep/local against PREFECT_API_URL (the UI)",
-        config=False)
+    p.add_argument("--warm-start", default=None, metavar="RUN_DIR",
+                   help="evaluate an earlier run's top candidates first (on this run's trace; no score is copied)")
+    p = add("serve", cmd_serve, "serve spica-sweep/local and spica-resweep/local against PREFECT_API_URL (the UI)",
+            config=False)
+    p.add_argument("--resweep", default=None, metavar="CONFIG", help="the config spica-resweep/local re-sweeps on "
+                   "its schedule (events name their own config)")
+    when = p.add_mutually_exclusive_group()
+    when.add_argument("--interval", type=float, default=None, metavar="SECONDS", help="re-sweep every SECONDS")
+    when.add_argument("--cron", default=None, metavar="EXPR", help="re-sweep on this cron schedule")
+    p = add("watch", cmd_watch, "emit spica.trace.changed whenever the config's trace file changes (re-sweeps it)")
+    p.add_argument("--runs-root", default="runs", help="where the config's runs live (default: runs)")
+    p.add_argument("--every", type=float, default=10.0, metavar="SECONDS", help="poll interval (default: 10)")
+    p.add_argument("--once", action="store_true", help="stop after the first change")
     p = add("show", cmd_show, "print a finished run's top candidates (or front) and where its files are", config=False)
     p.add_argument("run_dir", help="a run folder (runs/<run id>/ or a --run-dir)")
     p = add("emit", cmd_emit, "write DynamoGraphDeployment manifests for a finished run again (no replay)",
@@ -166,9 +183,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into e.g. `head`
         sys.stderr.close()
         return EXIT_OK
-    except KeyboardInterrupt:
-        print("interrupted; finished stages are kept in the run folder", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:  # Ctrl-C; in a sweep, SIGINT or SIGTERM (spica_cli/signals.py)
+        from spica_cli.signals import interrupted
+
+        message, code = interrupted(exc, EXIT_INTERRUPTED)
+        if message:
+            print(message, file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

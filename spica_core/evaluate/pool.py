@@ -3,19 +3,38 @@
 The replay is not fork-safe and runs native code that can crash or run long, so sweeps evaluate in
 spawned worker processes (:class:`EvalPool`) with a hard per-candidate deadline; a stuck or crashed
 worker is terminated and replaced, and the caller carries on.
+
+Stopping (see ``spica_cli/signals.py``): the parent decides. Workers ignore SIGINT from birth (a
+Ctrl-C reaches the whole process group, and a traceback per worker helps nobody); the pool's wait
+wakes up at least every :data:`POLL_S` so the parent's signal handlers run promptly even when the
+signal was delivered to another thread; and shutdown is bounded: SIGTERM, then SIGKILL after a short
+grace, because a worker deep in a Rust replay may not react to SIGTERM.
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
+import signal
+import threading
 import time
 import traceback
-from collections.abc import Sequence
+import weakref
+from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any, Protocol
 
 from spica_core.errors import SpicaError
 from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status, evaluate_one
+
+POLL_S = 0.5          # longest the parent blocks without running Python (so signal handlers can run)
+TERM_GRACE_S = 1.0    # SIGTERM → SIGKILL
+CLOSE_GRACE_S = 2.0   # a polite stop (None sent) → SIGTERM
+
+# Exit signals that mean "someone is stopping us", not "this candidate crashed the worker": a worker
+# that dies of one of them must not be recorded as a failed evaluation (the sweep is stopping and the
+# candidate will be evaluated again on resume). SIGKILL stays a crash: it is what the OOM killer sends.
+_STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 
 
 class Evaluator(Protocol):
@@ -24,63 +43,161 @@ class Evaluator(Protocol):
     def evaluate_batch(self, requests: Sequence[EvalRequest]) -> list[Outcome]: ...
 
 
+class EvaluationsAbandoned(BaseException):
+    """The process is being torn down (:func:`abandon_all`): no outcome of the current batch is kept.
+
+    A BaseException so that nothing records the killed workers' batch as failed evaluations."""
+
+
+class WorkerStopped(SpicaError):
+    """A worker was stopped by a signal from outside (not a crash of its candidate)."""
+
+
 def _worker_main(conn: Connection) -> None:
     """Worker loop: import the engines once, then evaluate requests until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides (it was blocked since fork anyway)
     os.environ.setdefault("DYN_LOG", "error")
     import dynamo._core  # noqa: F401 - warm the runtime before the first deadline starts
 
     from spica_core.evaluate import engine_args, replay  # noqa: F401
     from spica_core.planner import make_policy  # noqa: F401
 
-    conn.send(("ready", os.getpid()))
-    while True:
-        try:
-            msg = conn.recv()
-        except EOFError:
-            return
-        if msg is None:
-            return
-        _sent_at, req = msg
-        try:
-            out = evaluate_one(req)
-        except Exception as exc:  # noqa: BLE001
-            out = Outcome(Status.failed, req.candidate,
-                          f"worker error: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}",
-                          eval_id=req.eval_id)
-        conn.send(out)
+    try:
+        conn.send(("ready", os.getpid()))
+        while True:
+            try:
+                msg = conn.recv()
+            except EOFError:
+                return
+            if msg is None:
+                return
+            _sent_at, req = msg
+            try:
+                out = evaluate_one(req)
+            except Exception as exc:  # noqa: BLE001
+                out = Outcome(Status.failed, req.candidate,
+                              f"worker error: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}",
+                              eval_id=req.eval_id)
+            conn.send(out)
+    except (BrokenPipeError, ConnectionResetError):  # the parent went away: nobody wants the result
+        return
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """Block SIGINT in this thread while a worker is forked: the child inherits the mask across exec, so it
+    ignores Ctrl-C before its first line of Python runs. A SIGINT meanwhile stays pending for the parent
+    (delivered when the mask is restored), unlike a temporary SIG_IGN, which would lose it."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 class _Worker:
     def __init__(self, ctx: Any):
         parent, child = ctx.Pipe(duplex=True)
         self.conn: Connection = parent
+        self._child: Connection | None = child
         self.proc = ctx.Process(target=_worker_main, args=(child,), daemon=True)
-        self.proc.start()
-        child.close()
         self.ready = False
+
+    def start(self) -> None:
+        # The first spawn starts multiprocessing's resource tracker, which unblocks SIGINT in this thread on the
+        # way: start it before blocking.
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
+        with _sigint_blocked():
+            self.proc.start()
+        if self._child is not None:
+            self._child.close()
+            self._child = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid
 
     def wait_ready(self, timeout: float) -> bool:
         if self.ready:
             return True
-        if self.conn.poll(timeout):
-            try:
-                tag, _pid = self.conn.recv()
-                self.ready = tag == "ready"
-            except (EOFError, OSError):
-                self.ready = False
-        return self.ready
+        end = time.monotonic() + timeout
+        while True:  # in slices, so that the parent's signal handlers run while a worker warms up
+            left = end - time.monotonic()
+            if left <= 0 or not self.proc.is_alive() and not self.conn.poll(0):
+                return False
+            if self.conn.poll(min(POLL_S, left)):
+                try:
+                    tag, _pid = self.conn.recv()
+                    self.ready = tag == "ready"
+                except (EOFError, OSError):
+                    self.ready = False
+                return self.ready
 
     def kill(self) -> None:
+        _stop_workers([self], polite=False)
+
+
+def _signal(proc: Any, sig: int) -> None:
+    if proc.pid is None or proc.exitcode is not None:
+        return
+    try:
+        os.kill(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _stop_workers(workers: Sequence[_Worker], polite: bool) -> None:
+    """Stop workers in bounded time: (if polite) ask them to exit and wait up to CLOSE_GRACE_S, then SIGTERM
+    all of them at once and wait up to TERM_GRACE_S, then SIGKILL what is left; always reaps them."""
+    started = [w for w in workers if w.proc.pid is not None]
+    if polite:
+        for w in started:
+            try:
+                w.conn.send(None)
+            except (OSError, ValueError):
+                pass
+        _join_all(started, CLOSE_GRACE_S)
+    for w in started:
+        _signal(w.proc, signal.SIGTERM)
+    _join_all(started, TERM_GRACE_S)
+    for w in started:
+        _signal(w.proc, signal.SIGKILL)
+    _join_all(started, TERM_GRACE_S)
+    for w in workers:
         try:
-            self.conn.close()
+            w.conn.close()
         except OSError:
             pass
-        if self.proc.is_alive():
-            self.proc.terminate()
-            self.proc.join(2.0)
-            if self.proc.is_alive():
-                self.proc.kill()
-        self.proc.join(1.0)
+
+
+def _join_all(workers: Sequence[_Worker], timeout: float) -> None:
+    end = time.monotonic() + timeout
+    for w in workers:
+        w.proc.join(max(0.0, end - time.monotonic()))
+
+
+_LIVE: weakref.WeakSet[EvalPool] = weakref.WeakSet()
+_ABANDONED = threading.Event()
+
+
+def abandon_all() -> None:
+    """For a process that is about to ``os._exit``, from any thread: stop keeping outcomes, then SIGKILL every
+    worker of every pool (no waiting; the kernel reaps them with the parent). The order matters: a pool
+    that then sees a dead worker raises :class:`EvaluationsAbandoned` instead of recording a crash."""
+    _ABANDONED.set()
+    for pool in list(_LIVE):
+        for w in list(pool._pool):
+            pid = w.proc.pid
+            if pid is not None:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
 
 
 class EvalPool:
@@ -89,7 +206,8 @@ class EvalPool:
     A request is sent only to an idle worker, so queued work never eats a candidate's time. At its
     deadline (its start + ``max_eval_seconds``) an unfinished candidate is infeasible ("exceed
     runtime"), and its worker is terminated and replaced; a worker that dies (a native crash) makes
-    its candidate failed. Use as a context manager, under ``if __name__ == "__main__":`` in scripts.
+    its candidate failed. Use as a context manager, under ``if __name__ == "__main__":`` in scripts:
+    leaving it normally stops the workers politely, leaving it on an exception (a stop signal) at once.
     """
 
     START_TIMEOUT_S = 120.0
@@ -102,17 +220,28 @@ class EvalPool:
         self._ctx = mp.get_context("spawn")
         self._pool: list[_Worker] = []
         self.restarts = 0
+        _LIVE.add(self)
 
     def __enter__(self) -> EvalPool:
         self.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.terminate()
+
+    def _spawn(self) -> _Worker:
+        """A new worker, in the pool before it starts (so a signal right after the fork cannot orphan it)."""
+        w = _Worker(self._ctx)
+        self._pool.append(w)
+        w.start()
+        return w
 
     def start(self) -> None:
         while len(self._pool) < self.workers:
-            self._pool.append(_Worker(self._ctx))
+            self._spawn()
         for w in self._pool:
             if not w.wait_ready(self.START_TIMEOUT_S):
                 raise SpicaError("an evaluation worker process failed to start; scripts that evaluate in parallel "
@@ -120,19 +249,24 @@ class EvalPool:
                                  "sweep.parallel_evals: 1")
 
     def close(self) -> None:
-        for w in self._pool:
-            try:
-                w.conn.send(None)
-            except (OSError, BrokenPipeError):
-                pass
-        for w in self._pool:
-            w.proc.join(2.0)
-            w.kill()
-        self._pool = []
+        """Ask the workers to exit, then terminate the ones that do not within a few seconds (idempotent)."""
+        workers, self._pool = self._pool, []
+        _stop_workers(workers, polite=True)
+
+    def terminate(self) -> None:
+        """Stop the workers now: SIGTERM, SIGKILL after a short grace (idempotent; at most ~2 s)."""
+        workers, self._pool = self._pool, []
+        _stop_workers(workers, polite=False)
+
+    def worker_pids(self) -> list[int]:
+        return [w.proc.pid for w in self._pool if w.proc.pid is not None]
 
     def _replace(self, i: int) -> None:
-        self._pool[i].kill()
-        self._pool[i] = _Worker(self._ctx)
+        old = self._pool[i]
+        _stop_workers([old], polite=False)
+        w = _Worker(self._ctx)
+        self._pool[i] = w
+        w.start()
         self.restarts += 1
 
     def evaluate_batch(self, requests: Sequence[EvalRequest]) -> list[Outcome]:
@@ -144,26 +278,30 @@ class EvalPool:
         queue = list(range(len(requests)))
         running: dict[int, tuple[int, float]] = {}        # worker slot → (request index, start)
         while queue or running:
+            self._check_abandoned()
             for slot in range(len(self._pool)):
                 if slot in running or not queue:
                     continue
                 if not self._pool[slot].wait_ready(self.START_TIMEOUT_S):  # a replaced worker warms up first
+                    self._check_abandoned()
                     raise SpicaError("an evaluation worker process failed to start")
                 i = queue.pop(0)
                 try:
                     self._pool[slot].conn.send((time.perf_counter(), requests[i]))
                     running[slot] = (i, time.perf_counter())
                 except (OSError, BrokenPipeError) as exc:
+                    self._check_abandoned()
                     results[i] = Outcome(Status.failed, requests[i].candidate, f"worker unavailable: {exc}",
                                          eval_id=requests[i].eval_id)
                     self._replace(slot)
             if not running:
                 continue
-            timeout = None
+            timeout = POLL_S
             if self.max_eval_seconds is not None:
                 first_deadline = min(start for _, start in running.values()) + float(self.max_eval_seconds)
-                timeout = max(0.0, first_deadline - time.perf_counter())
+                timeout = min(POLL_S, max(0.0, first_deadline - time.perf_counter()))
             ready = wait([self._pool[slot].conn for slot in running], timeout=timeout)
+            self._check_abandoned()
             by_conn = {self._pool[slot].conn: slot for slot in running}
             for conn in ready:
                 slot = by_conn[conn]  # type: ignore[index]
@@ -180,6 +318,11 @@ class EvalPool:
                         self._replace(slot)
         return [results[i] for i in range(len(requests))]
 
+    @staticmethod
+    def _check_abandoned() -> None:
+        if _ABANDONED.is_set():
+            raise EvaluationsAbandoned()
+
     def _receive(self, slot: int, request: EvalRequest, start: float) -> Outcome:
         """The outcome a worker sends back, or ``failed`` when it died (a native crash) on the way."""
         worker = self._pool[slot]
@@ -189,7 +332,12 @@ class EvalPool:
             return outcome
         except (EOFError, OSError):
             worker.proc.join(1.0)
+            self._check_abandoned()
             code = worker.proc.exitcode
+            if code is not None and code < 0 and -code in _STOP_SIGNALS:
+                raise WorkerStopped(f"evaluation worker {worker.proc.pid} was stopped by "
+                                    f"{signal.Signals(-code).name} while evaluating; finished evaluations are "
+                                    "kept: run the same command to resume") from None
             self._replace(slot)
             return Outcome(Status.failed, request.candidate, f"worker crashed (exit code {code}) while evaluating",
                            eval_id=request.eval_id)
@@ -217,4 +365,5 @@ def make_evaluator(parallel_evals: int, max_eval_seconds: float | None) -> EvalP
     return EvalPool(parallel_evals, max_eval_seconds)
 
 
-__all__ = ["Evaluator", "EvalPool", "SequentialEvaluator", "make_evaluator"]
+__all__ = ["Evaluator", "EvalPool", "EvaluationsAbandoned", "SequentialEvaluator", "WorkerStopped", "abandon_all",
+           "make_evaluator"]
