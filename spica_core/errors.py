@@ -104,3 +104,13 @@ class TraceError(SpicaError):
 
 class ManifestError(SpicaError):
     """A candidate cannot be expressed as a DynamoGraphDeployment; lists every field that cannot."""
+
+
+class WorkerStopped(SpicaError):
+    """An evaluation worker was stopped by a signal from outside (not a crash of its candidate)."""
+
+
+class EvaluationsAbandoned(BaseException):
+    """The process is being torn down: no outcome of the current batch is kept.
+
+    A BaseException so that nothing records the killed workers' batch as failed evaluations."""

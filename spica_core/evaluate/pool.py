@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any, Protocol
 
-from spica_core.errors import SpicaError
+from spica_core.errors import EvaluationsAbandoned, SpicaError, WorkerStopped
 from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status, evaluate_one
 
 POLL_S = 0.5          # longest the parent blocks without running Python (so signal handlers can run)
@@ -41,16 +41,6 @@ class Evaluator(Protocol):
     """Anything that turns a batch of requests into outcomes, in request order."""
 
     def evaluate_batch(self, requests: Sequence[EvalRequest]) -> list[Outcome]: ...
-
-
-class EvaluationsAbandoned(BaseException):
-    """The process is being torn down (:func:`abandon_all`): no outcome of the current batch is kept.
-
-    A BaseException so that nothing records the killed workers' batch as failed evaluations."""
-
-
-class WorkerStopped(SpicaError):
-    """A worker was stopped by a signal from outside (not a crash of its candidate)."""
 
 
 def _worker_main(conn: Connection) -> None:
