@@ -106,7 +106,7 @@ class ManifestError(SpicaError):
     """A candidate cannot be expressed as a DynamoGraphDeployment; lists every field that cannot."""
 
 
-class WorkerStopped(SpicaError):
+class WorkerStoppedError(SpicaError):
     """An evaluation worker was stopped by a signal from outside (not a crash of its candidate)."""
 
 

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any, Protocol
 
-from spica_core.errors import EvaluationsAbandoned, SpicaError, WorkerStopped
+from spica_core.errors import EvaluationsAbandoned, SpicaError, WorkerStoppedError
 from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status, evaluate_one
 
 POLL_S = 0.5          # longest the parent blocks without running Python (so signal handlers can run)
@@ -325,7 +325,7 @@ class EvalPool:
             self._check_abandoned()
             code = worker.proc.exitcode
             if code is not None and code < 0 and -code in _STOP_SIGNALS:
-                raise WorkerStopped(f"evaluation worker {worker.proc.pid} was stopped by "
+                raise WorkerStoppedError(f"evaluation worker {worker.proc.pid} was stopped by "
                                     f"{signal.Signals(-code).name} while evaluating; finished evaluations are "
                                     "kept: run the same command to resume") from None
             self._replace(slot)
@@ -355,5 +355,5 @@ def make_evaluator(parallel_evals: int, max_eval_seconds: float | None) -> EvalP
     return EvalPool(parallel_evals, max_eval_seconds)
 
 
-__all__ = ["Evaluator", "EvalPool", "EvaluationsAbandoned", "SequentialEvaluator", "WorkerStopped", "abandon_all",
+__all__ = ["Evaluator", "EvalPool", "EvaluationsAbandoned", "SequentialEvaluator", "WorkerStoppedError", "abandon_all",
            "make_evaluator"]
