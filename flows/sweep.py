@@ -80,6 +80,7 @@ def _search_and_rank(run: ValidatedRun, show_progress: bool) -> SweepSummary:
                     stalls.append(result.message)
                     break
     progress.draw(final=True)
+    ui.update()
     ranking = rank_task(run, context)
     trials = stored_trials(run.run_dir, context)
     emitted = emit_task(run, ranking, trials)

@@ -6,6 +6,7 @@ stages stay callable from tests and the CLI prints its own output.
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, Sequence
 from uuid import UUID
 
@@ -86,7 +87,10 @@ def evaluation_line(config: SmartSearchConfig, trial: Trial) -> str:
 
 
 class UIProgress:
-    """A progress artifact updated as evaluations finish, and one log line per evaluation."""
+    """A progress artifact updated as evaluations finish (at most once a second: each update is an API
+    call, which costs about as much as a small replay), and one log line per evaluation."""
+
+    UPDATE_EVERY_S = 1.0
 
     def __init__(self, run_id: str, config: SmartSearchConfig, target: int):
         self.config = config
@@ -94,6 +98,7 @@ class UIProgress:
         self.done = 0
         self.best: float | None = None
         self.artifact: UUID | None = None
+        self._updated = 0.0
         if in_flow_run():
             self.artifact = create_progress_artifact(progress=0.0, key=artifact_key(run_id, "progress"),
                                                      description=f"run {run_id}: unique successful evaluations "
@@ -110,7 +115,14 @@ class UIProgress:
         if not in_flow_run():
             return
         get_run_logger().info(evaluation_line(self.config, trial))
-        if self.artifact is not None:
+        now = time.monotonic()
+        if self.artifact is not None and (now - self._updated >= self.UPDATE_EVERY_S or self.done >= self.target):
+            self._updated = now
+            self.update()
+
+    def update(self) -> None:
+        """Also called once at the end, so the artifact shows the final count."""
+        if self.artifact is not None and in_flow_run():
             update_progress_artifact(self.artifact, progress=min(100.0, 100.0 * self.done / self.target),
                                      description=f"{self.done}/{self.target} evaluations, best "
                                                  f"{_score_text(self.config, self.best)}")
