@@ -42,11 +42,14 @@ def test_a_trace_change_seen_by_spica_watch_triggers_a_served_resweep(tmp_path: 
         _, deployment = _api(api, "/deployments/name/spica-resweep/local")
         assert isinstance(deployment, dict)
         time.sleep(3)  # the trigger's automation is registered with the deployment
-        watcher = start("-m", "spica_cli.main", "watch", str(config), "--runs-root", str(tmp_path / "runs"),
-                        "--every", "0.5", "--once")
-        time.sleep(3)
+        watcher = subprocess.Popen([sys.executable, "-m", "spica_cli.main", "watch", str(config), "--runs-root",
+                                    str(tmp_path / "runs"), "--every", "0.5", "--once"], cwd=REPO,
+                                   env={**env, "PREFECT_API_URL": api}, stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL, start_new_session=True, text=True)
+        procs.append(watcher)  # type: ignore[arg-type]
+        assert watcher.stdout is not None and watcher.stdout.readline().startswith("watching ")  # baseline taken
         write_poisson_trace(tmp_path / "trace.jsonl", num_requests=60, rate_rps=16, isl=2000, osl=100, seed=2)
-        assert watcher.wait(timeout=60) == 0
+        assert watcher.wait(timeout=120) == 0
         deadline = time.monotonic() + 400
         while True:
             _, runs = _api(api, "/flow_runs/filter",
