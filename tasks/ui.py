@@ -38,8 +38,8 @@ def objective_value(config: SmartSearchConfig, score: float | None) -> float | N
 
 def _score_text(config: SmartSearchConfig, score: float | None) -> str:
     target = config.goal.objectives[0].value
-    label, unit = OBJECTIVE_LABELS.get(target, (target, ""))
-    return f"{fmt(objective_value(config, score), unit)}"
+    _, unit = OBJECTIVE_LABELS.get(target, (target, ""))
+    return fmt(objective_value(config, score), unit)
 
 
 def _sla_text(config: SmartSearchConfig, metrics: dict[str, float], key: str, bound: float | None) -> str:
