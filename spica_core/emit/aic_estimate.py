@@ -68,7 +68,7 @@ from typing import Any
 
 from spica_core.errors import NoPerfDatabaseError, UnknownModelError, UnknownSystemError
 from spica_core.evaluate.candidate import Candidate
-from spica_core.evaluate.profiles import EngineShape, aic_version
+from spica_core.evaluate.profiles import EngineShape, aic_version, model_config
 from spica_core.space.facts import backend_version, model_facts, quiet_aic
 
 
@@ -119,19 +119,13 @@ def _session(es: EngineShape) -> tuple[Any, Any, Any] | None:
     """(model, perf DB, backend) built as the CLI's agg estimate builds them; None if AIC cannot."""
     quiet_aic()
     from aiconfigurator_core.sdk.backends.factory import get_backend
-    from aiconfigurator_core.sdk.config_builders import apply_nextn, build_model_config
     from aiconfigurator_core.sdk.models import get_model
     from aiconfigurator_core.sdk.models.helpers import (resolve_context_fmha_by_data, resolve_dsv4_moe_arch,
                                                         resolve_nvfp4_for_system)
     from aiconfigurator_core.sdk.perf_database import get_database_view
 
     try:
-        mc = build_model_config(tp_size=es.tp, pp_size=1, attention_dp_size=es.attention_dp, moe_tp_size=es.moe_tp,
-                                moe_ep_size=es.moe_ep, gemm_quant_mode=es.gemm_quant_mode,
-                                kvcache_quant_mode=es.kvcache_quant_mode, fmha_quant_mode=es.fmha_quant_mode,
-                                moe_quant_mode=es.moe_quant_mode)
-        if es.nextn:
-            apply_nextn(mc, es.nextn)
+        mc = model_config(es)
         db = get_database_view(es.system, es.backend, es.backend_version)
         if db is None:
             return None

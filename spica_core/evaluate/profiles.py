@@ -95,14 +95,9 @@ def _axis(lo: float, hi: float, n: int, with_zero: bool = False) -> np.ndarray:
     return np.concatenate([[0.0] if with_zero else [], pts]).astype(np.float64)
 
 
-def step_engine(es: EngineShape) -> tuple[Any, Any]:
-    """(model, EngineHandle) with the CLI's quant resolution applied (aic.md §7.2; DeepSeek on Hopper)."""
-    quiet_aic()
-    from aiconfigurator_core.sdk import rust_engine_step
+def model_config(es: EngineShape) -> Any:
+    """AIC's model config for one engine shape: parallel sizes, quantisation modes, MTP draft layers."""
     from aiconfigurator_core.sdk.config_builders import apply_nextn, build_model_config
-    from aiconfigurator_core.sdk.models import get_model
-    from aiconfigurator_core.sdk.models.helpers import resolve_context_fmha_by_data, resolve_nvfp4_for_system
-    from aiconfigurator_core.sdk.perf_database import get_database_view
 
     mc = build_model_config(tp_size=es.tp, pp_size=1, attention_dp_size=es.attention_dp, moe_tp_size=es.moe_tp,
                             moe_ep_size=es.moe_ep, gemm_quant_mode=es.gemm_quant_mode,
@@ -110,6 +105,18 @@ def step_engine(es: EngineShape) -> tuple[Any, Any]:
                             moe_quant_mode=es.moe_quant_mode)
     if es.nextn:
         apply_nextn(mc, es.nextn)
+    return mc
+
+
+def step_engine(es: EngineShape) -> tuple[Any, Any]:
+    """(model, EngineHandle) with the CLI's quant resolution applied (aic.md §7.2; DeepSeek on Hopper)."""
+    quiet_aic()
+    from aiconfigurator_core.sdk import rust_engine_step
+    from aiconfigurator_core.sdk.models import get_model
+    from aiconfigurator_core.sdk.models.helpers import resolve_context_fmha_by_data, resolve_nvfp4_for_system
+    from aiconfigurator_core.sdk.perf_database import get_database_view
+
+    mc = model_config(es)
     db = get_database_view(es.system, es.backend, es.backend_version)
     if db is None:
         from spica_core.errors import NoPerfDatabaseError
