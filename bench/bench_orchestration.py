@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+from results_doc import write_section
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "examples" / "quickstart.yaml"
 RESULTS = REPO / "bench" / "results" / "orchestration.json"
-DOCS = REPO / "docs" / "benchmarks.md"
 SPICA = [sys.executable, "-m", "spica_cli.main"]
 
 
@@ -180,14 +180,7 @@ def write_docs(r: dict[str, Any]) -> None:
              f"{cost['per_evaluation_s'] * 1000:.1f} ms, **{cost['per_evaluation_ratio']:.1%}** of the quick start's "
              f"median replay ({cost['median_replay_s'] * 1000:.0f} ms); per task run (one stage or round) "
              f"{cost['per_task_s'] * 1000:.0f} ms.", ""]
-    text = DOCS.read_text()
-    begin, end = "<!-- bench_orchestration:begin -->", "<!-- bench_orchestration:end -->"
-    block = f"{begin}\n" + "\n".join(lines) + f"\n{end}"
-    if begin in text:
-        text = text[:text.index(begin)] + block + text[text.index(end) + len(end):]
-    else:
-        text = text.rstrip() + "\n\n## Orchestration (`bench/bench_orchestration.py`)\n\n" + block + "\n"
-    DOCS.write_text(text)
+    write_section("bench_orchestration", "Orchestration (`bench/bench_orchestration.py`)", lines)
 
 
 def main() -> None:

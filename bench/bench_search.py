@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import psutil  # noqa: E402
+from results_doc import DOCS, write_section  # noqa: E402
 
 from spica_core.config.model import SmartSearchConfig  # noqa: E402
 from spica_core.evaluate import EvalPool, EvalRequest, Outcome  # noqa: E402
@@ -56,7 +57,6 @@ from spica_core.search import EvalCache, SearchContext, Tally, Trial, round_plan
 from spica_core.space.branches import Branch, enumerate_branches  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "search.json"
-DOCS = ROOT / "docs" / "benchmarks.md"
 TRACES = ROOT / "bench" / "traces"
 ALGORITHMS = ("DEFAULT", "RANDOM_SEARCH", "QUASI_RANDOM_SEARCH")
 PER_ROUND = 8
@@ -347,14 +347,7 @@ def write_docs(results: dict[str, Any]) -> None:
         lines += [f"**Peer** (`aiconfigurator cli default`, {p['wall_s']:.0f} s) on the dense space: its picks "
                   f"replayed on the trace: {rows}. Best ÷ Spica's best **{p['ratio_to_spica']:.3f}**, ÷ thorough "
                   f"optimum {p['ratio_to_optimum']:.3f}.", ""]
-    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
-    begin, end = "<!-- bench_search:begin -->", "<!-- bench_search:end -->"
-    block = f"{begin}\n" + "\n".join(lines) + f"\n{end}"
-    if begin in text:
-        text = text[:text.index(begin)] + block + text[text.index(end) + len(end):]
-    else:
-        text = text.rstrip() + "\n\n## Search (`bench/bench_search.py`)\n\n" + block + "\n"
-    DOCS.write_text(text)
+    write_section("bench_search", "Search (`bench/bench_search.py`)", lines)
 
 
 def main() -> None:
