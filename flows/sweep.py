@@ -23,7 +23,8 @@ from tasks.validate import ValidatedRun, validate_config
 @flow(name="spica-sweep", log_prints=True)
 def sweep(config: SmartSearchConfig | None = None, config_path: str | None = None, runs_root: str = "runs",
           run_dir: str | None = None, seed: int | None = None, from_stage: StageName | None = None,
-          warm_start: str | None = None, show_progress: bool = False) -> SweepSummary | State:
+          warm_start: str | None = None, cluster: str | None = None,
+          show_progress: bool = False) -> SweepSummary | State:
     """Find the best Dynamo deployment: validate → enumerate branches → KV filter, load-predictor sub-sweep →
     search rounds → rank / Pareto → emit candidates, manifests and the report.
 
@@ -40,10 +41,12 @@ def sweep(config: SmartSearchConfig | None = None, config_path: str | None = Non
             load_predictor, trials, ranking, candidates); the others are read back from the run folder.
         warm_start: An earlier run folder (e.g. of the same config on an older trace): its top candidates
             are evaluated first, on this run's trace; no score is carried over.
+        cluster: Overrides sweep.cluster: run the evaluations on an existing Dask (tcp://HOST:PORT) or Ray
+            (ray://HOST:PORT) cluster instead of local processes; not part of the run's identity.
         show_progress: Draw a progress bar on the terminal (for `spica sweep`; the UI has its own artifact).
     """
     try:
-        run = validate_config(config_path, runs_root, run_dir, seed, config, from_stage, warm_start)  # locks the folder
+        run = validate_config(config_path, runs_root, run_dir, seed, config, from_stage, warm_start, cluster)  # locks the folder
         try:
             return _search_and_rank(run, show_progress)
         finally:
@@ -54,25 +57,30 @@ def sweep(config: SmartSearchConfig | None = None, config_path: str | None = Non
 
 def _search_and_rank(run: ValidatedRun, show_progress: bool) -> SweepSummary:
     config = run.search_config
-    branch_set = kv_filter_task(enumerate_branches_task(config, run.run_dir), run.run_dir)
-    predictor = load_predictor_task(run)
-    context = SearchContext(config, str(run.trace_file) if run.trace_file else None, predictor,
-                            warm_start=run.warm_start)
-    done = stored_trials(run.run_dir, context)  # a resumed run starts from what is already done
-    cache = EvalCache.of(done)
-    rounds, target = round_plan(branch_set.branches, config)
-    progress = SweepProgress(target, config.goal.is_pareto, enabled=show_progress)
-    ui = UIProgress(run.identity.run_id, config, target)
-    for trial in done:
-        progress.count(trial)
-        ui.count(trial)
+    sweep_config = config.sweep
+    # Opened first, so that a cluster that cannot be reached fails the run before any stage's work.
+    with make_evaluator(sweep_config.workers, sweep_config.max_eval_seconds, sweep_config.cluster) as evaluator:
+        if sweep_config.cluster and evaluator.workers > sweep_config.per_round:
+            print(f"the cluster has {evaluator.workers} evaluation slots but a round asks for {sweep_config.per_round} "
+                  "candidates: set sweep.candidates_per_round to keep every slot busy")
+        branch_set = kv_filter_task(enumerate_branches_task(config, run.run_dir), run.run_dir)
+        predictor = load_predictor_task(run)
+        context = SearchContext(config, str(run.trace_file) if run.trace_file else None, predictor,
+                                warm_start=run.warm_start, workers=evaluator.workers)
+        done = stored_trials(run.run_dir, context)  # a resumed run starts from what is already done
+        cache = EvalCache.of(done)
+        rounds, target = round_plan(branch_set.branches, config)
+        progress = SweepProgress(target, config.goal.is_pareto, enabled=show_progress)
+        ui = UIProgress(run.identity.run_id, config, target)
+        for trial in done:
+            progress.count(trial)
+            ui.count(trial)
 
-    def on_result(trial: Trial) -> None:
-        progress(trial)
-        ui(trial)
+        def on_result(trial: Trial) -> None:
+            progress(trial)
+            ui(trial)
 
-    stalls: list[str] = []
-    with make_evaluator(config.sweep.workers, config.sweep.max_eval_seconds) as evaluator:
+        stalls: list[str] = []
         for branch in branch_set.branches:
             for round_no in range(rounds[branch.mode]):
                 result = round_task(run, branch, round_no, context, evaluator, cache, on_result)

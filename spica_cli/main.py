@@ -62,7 +62,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from spica_cli.sweep import sweep_command
 
-    return sweep_command(args.config, args.runs_root, args.run_dir, args.seed, args.from_stage, args.warm_start)
+    return sweep_command(args.config, args.runs_root, args.run_dir, args.seed, args.from_stage, args.warm_start,
+                         args.cluster)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -138,6 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="recompute this stage and everything computed from it: " + ", ".join(CATALOG))
     p.add_argument("--warm-start", default=None, metavar="RUN_DIR",
                    help="evaluate an earlier run's top candidates first (on this run's trace; no score is copied)")
+    p.add_argument("--cluster", default=None, metavar="ADDRESS",
+                   help="evaluate on an existing cluster: tcp://HOST:PORT (Dask scheduler) or ray://HOST:PORT (Ray "
+                        "client server); overrides sweep.cluster (see docs/clusters.md)")
     p = add("serve", cmd_serve, "serve spica-sweep/local and spica-resweep/local against PREFECT_API_URL (the UI)",
             config=False)
     p.add_argument("--resweep", default=None, metavar="CONFIG", help="the config spica-resweep/local re-sweeps on "

@@ -91,18 +91,23 @@ def render_summary(summary: SweepSummary) -> str:
 
 
 def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: int | None = None,
-                  from_stage: str | None = None, warm_start: str | None = None) -> int:
+                  from_stage: str | None = None, warm_start: str | None = None, cluster: str | None = None) -> int:
     from spica_cli.signals import stoppable
 
     # SIGINT / SIGTERM stop the sweep within seconds, workers and Prefect's server included (signals.py).
     with stoppable() as guard:
-        # Fail fast, before Prefect starts its server: a bad config, a --run-dir that is a file, or a run
-        # folder another sweep holds (this process keeps the lock; the flow takes it over).
-        guard.run_dir = lock.acquire(locate(config_path, runs_root, run_dir, seed).folder)
+        # Fail fast, before Prefect starts its server: a bad config, a cluster that does not answer, a --run-dir
+        # that is a file, or a run folder another sweep holds (this process keeps the lock; the flow takes it over).
+        located = locate(config_path, runs_root, run_dir, seed, cluster)
+        if located.config.sweep.cluster:
+            from spica_core.evaluate.cluster import check_reachable
+
+            check_reachable(located.config.sweep.cluster)
+        guard.run_dir = lock.acquire(located.folder)
         from flows.sweep import sweep
 
         guard.watch_api()
         summary = sweep(config_path=config_path, runs_root=runs_root, run_dir=run_dir, seed=seed,
-                        from_stage=from_stage, warm_start=warm_start, show_progress=True)  # type: ignore[arg-type]
+                        from_stage=from_stage, warm_start=warm_start, cluster=cluster, show_progress=True)  # type: ignore[arg-type]
         print(render_summary(summary))
     return EXIT_OK if summary.ranking else EXIT_NO_RESULT

@@ -110,6 +110,22 @@ class WorkerStoppedError(SpicaError):
     """An evaluation worker was stopped by a signal from outside (not a crash of its candidate)."""
 
 
+class ClusterError(SpicaError):
+    """The cluster in sweep.cluster (--cluster) cannot be reached, has no usable worker, or went away."""
+
+
+class WorkerLost(Exception):
+    """A cluster worker process went away while evaluating (its candidate is evaluated again, once)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class RemoteTaskError(Exception):
+    """An evaluation task raised on a cluster worker (not a loss): its candidate is failed with this reason."""
+
+
 class EvaluationsAbandoned(BaseException):
     """The process is being torn down: no outcome of the current batch is kept.
 

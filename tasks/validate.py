@@ -31,19 +31,21 @@ class ValidatedRun:
 @stage("validate", retries=2, log_prints=True)
 def validate_config(config_path: str | None = None, runs_root: str | None = None, run_dir: str | None = None,
                     seed: int | None = None, config: SmartSearchConfig | None = None,
-                    from_stage: str | None = None, warm_start: str | None = None) -> ValidatedRun:
+                    from_stage: str | None = None, warm_start: str | None = None,
+                    cluster: str | None = None) -> ValidatedRun:
     """Exactly one of ``config_path`` and ``config`` (inline, from the Prefect form); ``seed`` overrides
     ``sweep.seed`` (part of the run identity: another seed is another run).
 
     The run folder is locked for this process first, so a second sweep on it stops at once. The config is
     always checked (the run id is its fingerprint); a fresh ``config.parquet`` already holds exactly this
     run, so it is left as it is. ``from_stage`` recomputes that stage and every stage computed from it;
-    ``warm_start`` is an earlier run folder whose top candidates are evaluated first.
+    ``warm_start`` is an earlier run folder whose top candidates are evaluated first; ``cluster`` overrides
+    ``sweep.cluster``.
     """
     if (config is None) == (config_path is None):
         raise ConfigError("sweep parameters", [Issue("config", "give exactly one of config (the config itself) "
                                                      "and config_path (a YAML file)")])
-    located = locate(config if config is not None else config_path, runs_root, run_dir, seed)
+    located = locate(config if config is not None else config_path, runs_root, run_dir, seed, cluster)
     warm = previous_top_trials(warm_start) if warm_start else ()
     config, trace, identity = located.config, located.trace_file, located.identity
     lock.acquire(located.folder)  # one sweep per folder; released when the flow ends (or the process dies)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+import traceback
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -155,4 +156,15 @@ def evaluate_one(req: EvalRequest) -> Outcome:
                    report=report, planner=planner, per_request=result.get("per_request"))
 
 
-__all__ = ["EvalRequest", "Outcome", "Status", "evaluate_one"]
+def evaluate_in_worker(req: EvalRequest) -> Outcome:
+    """:func:`evaluate_one` for a worker process or cluster task, which must answer every request: a bug
+    in it becomes a failed outcome carrying a short traceback instead of killing the worker."""
+    try:
+        return evaluate_one(req)
+    except Exception as exc:  # noqa: BLE001
+        return Outcome(Status.failed, req.candidate,
+                       f"worker error: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}",
+                       eval_id=req.eval_id)
+
+
+__all__ = ["EvalRequest", "Outcome", "Status", "evaluate_in_worker", "evaluate_one"]

@@ -18,14 +18,13 @@ import os
 import signal
 import threading
 import time
-import traceback
 import weakref
 from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection, wait
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from spica_core.errors import EvaluationsAbandoned, SpicaError, WorkerStoppedError
-from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status, evaluate_one
+from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status, evaluate_in_worker, evaluate_one
 
 POLL_S = 0.5          # longest the parent blocks without running Python (so signal handlers can run)
 TERM_GRACE_S = 1.0    # SIGTERM → SIGKILL
@@ -38,7 +37,14 @@ _STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 
 
 class Evaluator(Protocol):
-    """Anything that turns a batch of requests into outcomes, in request order."""
+    """Anything that turns a batch of requests into outcomes, in request order; a context manager that
+    releases its processes on exit. ``workers`` is how many evaluations it runs at once."""
+
+    workers: int
+
+    def __enter__(self) -> Evaluator: ...
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None: ...
 
     def evaluate_batch(self, requests: Sequence[EvalRequest]) -> list[Outcome]: ...
 
@@ -62,13 +68,7 @@ def _worker_main(conn: Connection) -> None:
             if msg is None:
                 return
             _sent_at, req = msg
-            try:
-                out = evaluate_one(req)
-            except Exception as exc:  # noqa: BLE001
-                out = Outcome(Status.failed, req.candidate,
-                              f"worker error: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}",
-                              eval_id=req.eval_id)
-            conn.send(out)
+            conn.send(evaluate_in_worker(req))
     except (BrokenPipeError, ConnectionResetError):  # the parent went away: nobody wants the result
         return
 
@@ -171,6 +171,30 @@ def _join_all(workers: Sequence[_Worker], timeout: float) -> None:
         w.proc.join(max(0.0, end - time.monotonic()))
 
 
+class WorkerGroup:
+    """Evaluation processes as a context manager: entering starts (warms) them; leaving normally lets them
+    finish politely, leaving on an exception (a stop signal) stops them at once."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def terminate(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.terminate()
+
+
 _LIVE: weakref.WeakSet[EvalPool] = weakref.WeakSet()
 _ABANDONED = threading.Event()
 
@@ -190,7 +214,7 @@ def abandon_all() -> None:
                     pass
 
 
-class EvalPool:
+class EvalPool(WorkerGroup):
     """Spawned worker processes evaluating a batch from one queue, with a hard per-candidate deadline.
 
     A request is sent only to an idle worker, so queued work never eats a candidate's time. At its
@@ -211,16 +235,6 @@ class EvalPool:
         self._pool: list[_Worker] = []
         self.restarts = 0
         _LIVE.add(self)
-
-    def __enter__(self) -> EvalPool:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: Any, *exc: Any) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.terminate()
 
     def _spawn(self) -> _Worker:
         """A new worker, in the pool before it starts (so a signal right after the fork cannot orphan it)."""
@@ -348,8 +362,14 @@ class SequentialEvaluator:
         return [evaluate_one(r) for r in requests]
 
 
-def make_evaluator(parallel_evals: int, max_eval_seconds: float | None) -> EvalPool | SequentialEvaluator:
-    """The pool for parallel_evals > 1, else the in-process sequential path."""
+def make_evaluator(parallel_evals: int, max_eval_seconds: float | None,
+                   cluster: str | None = None) -> Evaluator:
+    """Where a sweep's evaluations run: on the cluster at ``cluster`` (``tcp://`` Dask, ``ray://`` Ray), else
+    in a pool of ``parallel_evals`` local processes, else (1) in this process."""
+    if cluster is not None:
+        from spica_core.evaluate.cluster import ClusterEvaluator  # its engines' clients load only when asked for
+
+        return ClusterEvaluator(cluster, max_eval_seconds)
     if parallel_evals <= 1:
         return SequentialEvaluator()
     return EvalPool(parallel_evals, max_eval_seconds)

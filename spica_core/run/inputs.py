@@ -17,31 +17,36 @@ from spica_core.space.kv import max_seq_len
 
 @dataclass(frozen=True)
 class Inputs:
-    config: SmartSearchConfig       # with a ``--seed`` override applied
+    config: SmartSearchConfig       # with the ``--seed`` and ``--cluster`` overrides applied
     trace_file: Path | None         # resolved against the config file's folder
     trace: TraceSummary | None      # None for a synthetic workload
 
 
-def with_seed(config: SmartSearchConfig, seed: int | None) -> SmartSearchConfig:
-    """``seed`` overrides ``sweep.seed`` (part of the run identity: another seed is another run)."""
-    if seed is None:
+def with_overrides(config: SmartSearchConfig, seed: int | None = None,
+                   cluster: str | None = None) -> SmartSearchConfig:
+    """The command line's (or the flow form's) ``sweep`` overrides, checked like the file's own fields:
+    ``seed`` replaces ``sweep.seed`` (another seed is another run), ``cluster`` ``sweep.cluster`` (where the
+    evaluations run, not part of the run's identity)."""
+    overrides = {k: v for k, v in (("seed", seed), ("cluster", cluster)) if v is not None}
+    if not overrides:
         return config
     data = config.model_dump(mode="json")
-    return SmartSearchConfig.model_validate({**data, "sweep": {**data["sweep"], "seed": seed}})
+    return SmartSearchConfig.from_dict({**data, "sweep": {**data["sweep"], **overrides}},
+                                       source="--" + " --".join(overrides))
 
 
-def load_inputs(source: str | Path | SmartSearchConfig, seed: int | None = None) -> Inputs:
+def load_inputs(source: str | Path | SmartSearchConfig, seed: int | None = None, cluster: str | None = None) -> Inputs:
     """``source`` is a config file, or a config given inline (the Prefect form): its relative paths resolve
     against the working directory, a file's against its own folder. Raises ConfigError or TraceError
     naming the field, or the file and line."""
     if isinstance(source, SmartSearchConfig):
         path, base = Path("<inline config>"), Path.cwd()
         source.check_files(base)
-        config = with_seed(source, seed)
+        config = with_overrides(source, seed, cluster)
     else:
         path = Path(source)
         base = path.parent
-        config = with_seed(SmartSearchConfig.from_yaml(path), seed)
+        config = with_overrides(SmartSearchConfig.from_yaml(path), seed, cluster)
     space, workload = config.search_space, config.workload
     longest = max_seq_len(space.model_name, space.context_length)
     trace_file = config.trace_file(base)

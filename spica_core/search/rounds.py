@@ -40,6 +40,7 @@ class SearchContext:
     load_predictor: LoadPredictorResult | None
     profile_dir: str | None = None
     warm_start: tuple[Trial, ...] = ()  # an earlier run's top trials, evaluated first (never their scores)
+    workers: int = field(default=0, compare=False)  # evaluations run at once (the evaluator's); 0: sweep.workers
     suggesters: dict[str, Suggester] = field(default_factory=dict, compare=False, repr=False)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -75,7 +76,7 @@ class SearchContext:
         else:
             made = VizierSuggester(branch, self.objectives(), pareto=self.config.goal.is_pareto,
                                    algorithm=sweep.algorithm.value, seed=sweep.seed,
-                                   budget=sweep.max_rounds * sweep.per_round, workers=sweep.workers,
+                                   budget=sweep.max_rounds * sweep.per_round, workers=self.workers or sweep.workers,
                                    warm_start=[t for t in self.warm_start if t.mode == branch.mode])
         self.suggesters[branch.mode] = made
         return made
