@@ -1,6 +1,6 @@
 """The orchestration benchmark: what Prefect and the run folder cost a user, measured on the quick start.
 
-    .venv/bin/python bench/bench_orchestration.py      # ~4 min on 2 cores
+    .venv/bin/python bench/bench_orchestration.py      # ~6 min on 2 cores
 
 Writes ``bench/results/orchestration.json`` and its section of ``docs/benchmarks.md``:
 
@@ -11,7 +11,11 @@ Writes ``bench/results/orchestration.json`` and its section of ``docs/benchmarks
    same seed;
 3. Prefect's per-evaluation cost inside a flow run (what the sweep publishes per evaluation: its log
    line and the throttled progress-artifact update, mean over 200) and per stage (one task run),
-   against the quick start's median replay time.
+   against the quick start's median replay time;
+4. evaluation throughput on replay-bound work (a 1 s replay) with 1 and 2 local worker processes and on a
+   local Dask cluster of 2 one-thread workers (target: 2 local workers >= 1.7x 1 on an idle machine), and
+   each evaluator's per-task overhead against a 0.1 s replay, from which the throughput on a larger cluster
+   is projected (see ``project``).
 """
 from __future__ import annotations
 
@@ -161,6 +165,77 @@ def prefect_cost(tmp: Path, trials_path: Path) -> dict[str, Any]:
     return {**cost, "median_replay_s": median_replay, "per_evaluation_ratio": cost["per_evaluation_s"] / median_replay}
 
 
+def replay_request(seconds: float) -> Any:
+    """One agg TP2 candidate whose replay takes about ``seconds`` on this machine (calibrated in-process)."""
+    from spica_core.config.model import SmartSearchConfig
+    from spica_core.evaluate import Candidate, EvalRequest, evaluate_one
+    from spica_core.space.parallel import ParallelConfig
+
+    def made(ratio: int) -> Any:
+        config = SmartSearchConfig.from_dict({
+            "search_space": {"model_name": "Qwen/Qwen3-32B", "hardware_sku": "h200_sxm", "gpu_budget": 8,
+                             "deployment_mode": ["agg"], "router_mode": ["round_robin"],
+                             "planner_scaling_policy": ["disabled"], "agg_max_num_batched_tokens": [8192],
+                             "agg_max_num_seqs": [256]},
+            "workload": {"isl": 1000, "osl": 50, "concurrency": 4, "num_request_ratio": ratio},
+            "goal": {"target": "throughput_per_gpu"}})
+        candidate = Candidate.unroll(config.search_space, {"deployment_mode": "agg"},
+                                     ParallelConfig.from_dict("agg", {"tp": 2}))
+        return EvalRequest.from_config(config, candidate)
+
+    probe = made(500)
+    evaluate_one(probe)  # warm the engines
+    took = statistics.median(evaluate_one(probe).timings["total_s"] for _ in range(3))
+    return made(max(1, round(500 * seconds / took)))
+
+
+def timed_batch(evaluator: Any, req: Any, n: int) -> dict[str, float]:
+    """Wall time of ``n`` copies of ``req`` through ``evaluator`` (warmed), the evaluations' own time inside
+    their workers, and this process's CPU time per evaluation (what dispatching costs the sweep)."""
+    import dataclasses
+
+    evaluator.evaluate_batch([dataclasses.replace(req, eval_id=f"w{i}") for i in range(evaluator.workers)])
+    reqs = [dataclasses.replace(req, eval_id=f"e{i}") for i in range(n)]
+    cpu, start = time.process_time(), time.perf_counter()
+    outcomes = evaluator.evaluate_batch(reqs)
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    if any(not o.feasible for o in outcomes):
+        raise SystemExit(f"bench evaluation failed: {outcomes[0].reason}")
+    inside = statistics.mean(o.timings["total_s"] for o in outcomes)
+    return {"evaluations": n, "wall_s": wall, "per_s": n / wall, "eval_s": inside,
+            "overhead_per_task_s": wall * evaluator.workers / n - inside, "client_cpu_per_task_s": cpu / n}
+
+
+def project(eval_s: float, overhead_s: float, client_s: float, workers: int) -> float:
+    """Evaluations per second on ``workers`` slots: each slot spends eval + overhead per evaluation, and the
+    one client that dispatches them all spends ``client_s`` of its CPU on each."""
+    return min(workers / (eval_s + overhead_s), 1.0 / max(client_s, 1e-9))
+
+
+def throughput() -> dict[str, Any]:
+    from distributed import LocalCluster
+
+    from spica_core.evaluate import EvalPool
+    from spica_core.evaluate.cluster import ClusterEvaluator
+
+    long, short = replay_request(1.0), replay_request(0.1)
+    out: dict[str, Any] = {}
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None) as cluster:
+        for name, workers, address in (("local_1", 1, None), ("local_2", 2, None),
+                                       ("dask_2", 2, cluster.scheduler_address)):
+            # EvalPool even for one worker: make_evaluator's single worker is this process, not a worker
+            with (ClusterEvaluator(address, 120.0) if address else EvalPool(workers, 120.0)) as evaluator:
+                assert evaluator.workers == workers
+                out[name] = {"replay_1s": timed_batch(evaluator, long, 12), "replay_0.1s": timed_batch(evaluator, short, 40)}
+    out["speedup_local_2"] = out["local_2"]["replay_1s"]["per_s"] / out["local_1"]["replay_1s"]["per_s"]
+    out["speedup_dask_2"] = out["dask_2"]["replay_1s"]["per_s"] / out["local_1"]["replay_1s"]["per_s"]
+    fast = out["dask_2"]["replay_0.1s"]
+    out["dask_projection"] = {str(w): {str(t): project(t, fast["overhead_per_task_s"], fast["client_cpu_per_task_s"], w)
+                                       for t in (0.1, 1.0)} for w in (2, 8, 32, 128)}
+    return out
+
+
 def write_docs(r: dict[str, Any]) -> None:
     res, kill, cost = r["resume"], r["kill"], r["prefect"]
     lines = [f"_Measured {r['date']} on {r['machine']}. Command: `python bench/bench_orchestration.py` "
@@ -180,7 +255,34 @@ def write_docs(r: dict[str, Any]) -> None:
              f"{cost['per_evaluation_s'] * 1000:.1f} ms, **{cost['per_evaluation_ratio']:.1%}** of the quick start's "
              f"median replay ({cost['median_replay_s'] * 1000:.0f} ms); per task run (one stage or round) "
              f"{cost['per_task_s'] * 1000:.0f} ms.", ""]
+    lines += throughput_lines(r["throughput"])
     write_section("bench_orchestration", "Orchestration (`bench/bench_orchestration.py`)", lines)
+
+
+def throughput_lines(t: dict[str, Any]) -> list[str]:
+    names = {"local_1": "local pool, 1 worker", "local_2": "local pool, 2 workers",
+             "dask_2": "Dask cluster on this machine, 2 one-thread workers"}
+    lines = ["**Evaluation throughput** (the same candidate again and again, after a warm-up batch; replays "
+             "calibrated in-process to 1 s (12 per evaluator) and 0.1 s (40), which take longer in the workers "
+             f"when they share the two cores: {t['local_2']['replay_1s']['eval_s']:.2f} s and "
+             f"{t['local_2']['replay_0.1s']['eval_s']:.2f} s with two local workers):", "",
+             "| evaluator | 1 s replays / s | 0.1 s replays / s | overhead per task (0.1 s) | client CPU per task |",
+             "|---|---|---|---|---|"]
+    for key, label in names.items():
+        long, short = t[key]["replay_1s"], t[key]["replay_0.1s"]
+        lines.append(f"| {label} | {long['per_s']:.2f} | {short['per_s']:.2f} | "
+                     f"{short['overhead_per_task_s'] * 1000:.1f} ms | {short['client_cpu_per_task_s'] * 1000:.1f} ms |")
+    projection = t["dask_projection"]
+    lines += ["", f"Two local workers evaluate **{t['speedup_local_2']:.2f}×** as many 1 s replays per second as one "
+              f"(target ≥ 1.7× on an idle machine); the Dask cluster's two workers {t['speedup_dask_2']:.2f}×. "
+              "Overhead per task is the wall time per evaluation and slot beyond the evaluation itself (dispatch, "
+              "pickling, the round trip); client CPU is what the sweep's own process spends on each (for Dask it "
+              "includes the scheduler, which a `LocalCluster` runs in the same process: an upper bound).", "",
+              "On a larger Dask cluster, from the measured overhead and client CPU (`project` in the script: each "
+              "slot spends replay + overhead per evaluation; the one client caps the rate at 1 / client CPU):", "",
+              "| workers | 0.1 s replays / s | 1 s replays / s |", "|---|---|---|"]
+    lines += [f"| {w} | {v['0.1']:.1f} | {v['1.0']:.1f} |" for w, v in projection.items()]
+    return [*lines, ""]
 
 
 def main() -> None:
@@ -190,10 +292,11 @@ def main() -> None:
         resume_result = resume(tmp)
         kill = kill_and_resume(tmp)
         cost = prefect_cost(tmp, tmp / "uninterrupted" / "trials.parquet")
+    scaling = throughput()
     results = {"date": time.strftime("%Y-%m-%d"),
                "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
                "bench_wall_s": time.perf_counter() - started, "resume": resume_result, "kill": kill,
-               "prefect": cost}
+               "prefect": cost, "throughput": scaling}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     write_docs(results)

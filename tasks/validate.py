@@ -11,7 +11,7 @@ from spica_core.config.model import SmartSearchConfig
 from spica_core.config.policies import PolicyFilter, filter_for_goal, with_policies
 from spica_core.run import lock
 from spica_core.run.identity import RunIdentity, config_rows, locate
-from spica_core.search import Trial, previous_top_trials
+from spica_core.search import WarmStart, load_warm_start
 from tasks.stage import stage
 
 
@@ -25,7 +25,7 @@ class ValidatedRun:
     identity: RunIdentity
     run_dir: RunDir
     trace_file: Path | None
-    warm_start: tuple[Trial, ...] = ()  # an earlier run's top trials, evaluated first on this trace
+    warm_start: WarmStart | None = None  # an earlier run's top candidates and trials (never their scores)
 
 
 @stage("validate", retries=2, log_prints=True)
@@ -46,7 +46,7 @@ def validate_config(config_path: str | None = None, runs_root: str | None = None
         raise ConfigError("sweep parameters", [Issue("config", "give exactly one of config (the config itself) "
                                                      "and config_path (a YAML file)")])
     located = locate(config if config is not None else config_path, runs_root, run_dir, seed, cluster)
-    warm = previous_top_trials(warm_start) if warm_start else ()
+    warm = load_warm_start(warm_start) if warm_start else None
     config, trace, identity = located.config, located.trace_file, located.identity
     lock.acquire(located.folder)  # one sweep per folder; released when the flow ends (or the process dies)
     rd = RunDir(located.folder, downstream(from_stage) if from_stage else ())

@@ -67,3 +67,16 @@ def test_a_changed_trace_starts_a_warm_run_and_an_unchanged_one_evaluates_nothin
     assert all(not t["cache_hit"] and t["replay_seconds"] for t in warm)  # replayed on the new trace, not copied
     scores_then = {(old[(r["round"], r["trial"])]["selection_json"]): r["score"] for r in top}
     assert any(scores_then[t["selection_json"]] != t["score"] for t in warm)  # another trace, other scores
+
+    # The earlier run's evaluated trials are the new studies' prior (their scores, as a prior study only).
+    from spica_core.config.model import SmartSearchConfig
+    from spica_core.search import SearchContext, load_warm_start
+    from spica_core.space.branches import enumerate_branches
+
+    earlier = load_warm_start(first_run)
+    feasible = [t for t in _trials(first_run) if t["status"] == "feasible" and not t["cache_hit"]]
+    assert earlier.source == first_run.name and len(earlier.top) == len(wanted)
+    assert sorted(t.cache_key for t in earlier.trials) == sorted(t["cache_key"] for t in feasible)
+    cfg = SmartSearchConfig.from_yaml(config)
+    study = SearchContext(cfg, None, None, warm_start=earlier).suggester(enumerate_branches(cfg).branch("agg")).study
+    assert sorted(r.metrics["objective"] for r in study.prior) == sorted(t["score"] for t in feasible)

@@ -314,3 +314,33 @@ def test_rss_growth_is_bounded_with_the_designer_and_compile_caches_kept() -> No
         rss.append(proc.memory_info().rss / 2**20)
     growth = rss[-1] / rss[1] - 1
     assert growth < 0.2, f"RSS grew {growth:.0%} over 9 GP-UCB-PE suggests: {[round(r) for r in rss]}"
+
+
+LINE = [Param("x", "discrete", tuple(range(40)), is_int=True, default=0)]
+LINE_POOL = [{"x": x} for x in range(40)]
+
+
+def peak(d: dict[str, Any], at: int) -> float:
+    return -((d["x"] - at) / 10) ** 2
+
+
+@pytest.mark.slow
+def test_a_gp_bandit_prior_from_an_earlier_study_steers_the_picks_but_is_never_a_trial() -> None:
+    """An earlier study on a related objective (another trace: the same peak, shifted scores) as the prior:
+    from the same two own trials far from the peak, the GP bandit's next picks land at the peak only with it."""
+    prior = [TrialRecord({"x": x}, {"objective": peak({"x": x}, 31) + 5.0}) for x in range(0, 40, 3)]
+
+    def next_picks(with_prior: bool) -> list[int]:
+        study = Study(LINE, algorithm="GAUSSIAN_PROCESS_BANDIT", seed=4, prior=prior if with_prior else (),
+                      trials=[TrialRecord({"x": x}, {"objective": peak({"x": x}, 31)}) for x in (2, 5)])
+        picks = []
+        for step in range(1, 3):
+            (i,) = study.suggest(1, step=step, pool=LINE_POOL, allowed=free_of(study, LINE_POOL))
+            picks.append(LINE_POOL[i]["x"])
+            study.complete(LINE_POOL[i], {"objective": peak(LINE_POOL[i], 31)})
+        assert len(study.trials) == 4 and len(study.prior) == (len(prior) if with_prior else 0)
+        return picks
+
+    informed, blind = next_picks(True), next_picks(False)
+    assert all(abs(x - 31) <= 3 for x in informed), informed
+    assert informed != blind and not all(abs(x - 31) <= 3 for x in blind), blind

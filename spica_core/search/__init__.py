@@ -10,12 +10,12 @@ from spica_core.search.suggesters import (
 )
 from spica_core.search.summary import SweepSummary
 from spica_core.search.trials import EvalCache, Tally, Trial
-from spica_core.search.warm_start import WARM_TOP, latest_run, previous_top_trials
+from spica_core.search.warm_start import WARM_TOP, WarmStart, latest_run, load_warm_start
 
 __all__ = [
     "ATTEMPT_CAP_FACTOR", "CandidateSpace", "EvalCache", "FLOAT_LEVELS", "Proposal", "RankedCandidate", "RoundResult", "Scored", "SearchContext",
     "Study", "Suggester", "SweepSummary", "Tally", "ThoroughSuggester", "Trial", "TrialRecord", "VizierSuggester", "cache_key",
     "derive_seed", "dominates", "finite_or_infeasible", "pareto_front", "rank", "rank_trials", "round_plan",
-    "run_round", "study_metrics", "thorough_proposals", "thorough_size", "WARM_TOP", "latest_run",
-    "previous_top_trials",
+    "run_round", "study_metrics", "thorough_proposals", "thorough_size", "WARM_TOP", "WarmStart", "latest_run",
+    "load_warm_start",
 ]

@@ -24,6 +24,7 @@ from spica_core.search.suggesters import (
     thorough_size,
 )
 from spica_core.search.trials import EvalCache, Trial
+from spica_core.search.warm_start import WarmStart
 from spica_core.space.branches import Branch
 from spica_core.space.parallel import ParallelConfig
 
@@ -39,7 +40,7 @@ class SearchContext:
     trace_file: str | None
     load_predictor: LoadPredictorResult | None
     profile_dir: str | None = None
-    warm_start: tuple[Trial, ...] = ()  # an earlier run's top trials, evaluated first (never their scores)
+    warm_start: WarmStart | None = None  # an earlier run's top candidates and trials (never their scores)
     workers: int = field(default=0, compare=False)  # evaluations run at once (the evaluator's); 0: sweep.workers
     suggesters: dict[str, Suggester] = field(default_factory=dict, compare=False, repr=False)
 
@@ -54,8 +55,8 @@ class SearchContext:
         """Computed once: every proposal's cache key includes it."""
         lp = self.load_predictor
         key: dict[str, Any] = {"config": self.config.normalised(), "load_predictor": lp.rows() if lp else None}
-        if self.warm_start:  # what is evaluated first is part of what the run searched
-            key["warm_start"] = [[t.mode, t.selection, t.parallel.to_dict()] for t in self.warm_start]
+        if self.warm_start:  # what is evaluated first, and the studies' prior, are part of what the run searched
+            key["warm_start"] = self.warm_start.key()
         return fingerprint(key)
 
     def objectives(self) -> list[tuple[str, str]]:
@@ -77,7 +78,7 @@ class SearchContext:
             made = VizierSuggester(branch, self.objectives(), pareto=self.config.goal.is_pareto,
                                    algorithm=sweep.algorithm.value, seed=sweep.seed,
                                    budget=sweep.max_rounds * sweep.per_round, workers=self.workers or sweep.workers,
-                                   warm_start=[t for t in self.warm_start if t.mode == branch.mode])
+                                   warm_start=self.warm_start.of_mode(branch.mode) if self.warm_start else None)
         self.suggesters[branch.mode] = made
         return made
 

@@ -107,7 +107,7 @@ class Study:
 
     def __init__(self, params: Sequence[Param], objectives: Sequence[tuple[str, Goal]] = (("objective", "max"),),
                  algorithm: str = "DEFAULT", seed: int = 0, *,
-                 trials: Iterable[TrialRecord] = ()) -> None:
+                 trials: Iterable[TrialRecord] = (), prior: Iterable[TrialRecord] = ()) -> None:
         self.params: tuple[Param, ...] = tuple(params)
         self.objectives: tuple[tuple[str, Goal], ...] = tuple((str(n), g) for n, g in objectives)
         self.algorithm = str(getattr(algorithm, "value", algorithm))
@@ -123,6 +123,9 @@ class Study:
         self._unpadded_converter: Any = None
         for record in trials:
             self.complete(record.params, record.metrics, record.infeasible_reason, record.metadata)
+        # A related earlier study (another trace): a GP bandit's prior, never one of this study's trials.
+        self.prior: tuple[TrialRecord, ...] = tuple(
+            self._record(r.params, r.metrics, r.infeasible_reason, r.metadata) for r in prior)
 
     # ------------------------------------------------------------ declaration (§7.3)
 
@@ -250,11 +253,12 @@ class Study:
     def _vizier_params(self, raw: dict[str, Any]) -> dict[str, Any]:
         return dict(raw) if self.params else {CONSTANT_PARAM: "0"}
 
-    def _vizier_trials(self, start: int = 0) -> list[Any]:
+    def _vizier_trials(self, start: int = 0, records: Sequence[TrialRecord] | None = None) -> list[Any]:
+        """Vizier's completed trials for ``records`` (default: this study's own, from ``start`` on)."""
         vz = _runtime().vz
         objective_names = [n for n, _ in self.objectives]
         out = []
-        for trial_id, record in enumerate(self._trials[start:], start=start + 1):
+        for trial_id, record in enumerate((self._trials if records is None else records)[start:], start=start + 1):
             trial = vz.Trial(parameters=self._vizier_params(record.params), id=trial_id)
             if record.feasible:
                 assert record.metrics is not None
@@ -343,6 +347,8 @@ class Study:
         else:
             designer = bandit(self.problem, rng=rt.jax.random.PRNGKey(0), padding_schedule=pad,
                               use_trust_region=False)
+            if self.prior and single:  # Vizier's transfer learning (GP-UCB-PE has none): a stacked prior GP
+                designer.set_priors([rt.vza.CompletedTrials(self._vizier_trials(records=self.prior))])
         designer.spica_slot = slot
         return designer
 

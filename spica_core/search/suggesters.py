@@ -13,6 +13,7 @@ import itertools
 import math
 import statistics
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -21,6 +22,7 @@ from spica_core.evaluate.evaluator import Status
 from spica_core.search.candidates import CandidateSpace, Proposal
 from spica_core.search.study import Study, TrialRecord, derive_seed
 from spica_core.search.trials import Trial
+from spica_core.search.warm_start import WarmStart
 from spica_core.space.branches import Branch
 
 ATTEMPT_CAP_FACTOR = 11  # "requested batch + at most 10× replacements" (§6.2)
@@ -60,14 +62,18 @@ class VizierSuggester:
     stalls = True
 
     def __init__(self, branch: Branch, objectives: Sequence[tuple[str, str]], *, pareto: bool, algorithm: str,
-                 seed: int, budget: int, workers: int = 1, warm_start: Sequence[Trial] = ()):
+                 seed: int, budget: int, workers: int = 1, warm_start: WarmStart | None = None):
         self.space = CandidateSpace(branch)
-        # An earlier run's top candidates, asked for first; those outside this space are skipped.
-        self.warm = list(dict.fromkeys(i for i in map(self.space.index_of, warm_start) if i is not None))
+        # An earlier run's top candidates, asked for first, and its trials as the study's prior; those
+        # outside this space are skipped.
+        top, earlier = (warm_start.top, warm_start.trials) if warm_start else ((), ())
+        self.warm = list(dict.fromkeys(i for i in map(self.space.index_of, top) if i is not None))
         self.pareto = pareto
         self.budget = budget
         self.workers = workers
-        self.study = Study(self.space.params, objectives=objectives, algorithm=algorithm, seed=seed)
+        prior = [study_record(replace(t, params=self.space.raw(i)), pareto)
+                 for t in earlier if t.status is Status.feasible and (i := self.space.index_of(t)) is not None]
+        self.study = Study(self.space.params, objectives=objectives, algorithm=algorithm, seed=seed, prior=prior)
 
     def wanted(self, this_round: Sequence[Trial], per_round: int) -> int:
         """Up to the round's unique-success target, within the attempt cap (§6.2)."""
