@@ -105,6 +105,7 @@ def test_pool_deadline_makes_a_slow_candidate_infeasible_and_carries_on() -> Non
 @pytest.mark.slow
 def test_pool_worker_crash_becomes_a_failed_outcome() -> None:
     with EvalPool(1, max_eval_seconds=120) as pool:
+        pool.start()
         pid = pool._pool[0].proc.pid
         killer = threading.Timer(3.0, lambda: os.kill(pid, signal.SIGKILL))
         killer.start()

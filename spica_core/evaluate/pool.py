@@ -172,8 +172,9 @@ def _join_all(workers: Sequence[_Worker], timeout: float) -> None:
 
 
 class WorkerGroup:
-    """Evaluation processes as a context manager: entering starts (warms) them; leaving normally lets them
-    finish politely, leaving on an exception (a stop signal) stops them at once."""
+    """Evaluation processes as a context manager. The first batch starts (warms) them, not entering, so a
+    resumed run with nothing left to evaluate never starts any; leaving normally lets them finish politely,
+    leaving on an exception (a stop signal) stops them at once."""
 
     def start(self) -> None:
         raise NotImplementedError
@@ -185,7 +186,6 @@ class WorkerGroup:
         raise NotImplementedError
 
     def __enter__(self) -> Self:
-        self.start()
         return self
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
