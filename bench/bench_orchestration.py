@@ -1,6 +1,6 @@
 """The orchestration benchmark: what Prefect and the run folder cost a user, measured on the quick start.
 
-    .venv/bin/python bench/bench_orchestration.py      # ~6 min on 2 cores
+    .venv/bin/python bench/bench_orchestration.py      # ~5 min on 2 cores
 
 Writes ``bench/results/orchestration.json`` and its section of ``docs/benchmarks.md``:
 
@@ -227,7 +227,8 @@ def throughput() -> dict[str, Any]:
             # EvalPool even for one worker: make_evaluator's single worker is this process, not a worker
             with (ClusterEvaluator(address, 120.0) if address else EvalPool(workers, 120.0)) as evaluator:
                 assert evaluator.workers == workers
-                out[name] = {"replay_1s": timed_batch(evaluator, long, 12), "replay_0.1s": timed_batch(evaluator, short, 40)}
+                out[name] = {"replay_1s": timed_batch(evaluator, long, 12),
+                             "replay_0.1s": timed_batch(evaluator, short, 40)}
     out["speedup_local_2"] = out["local_2"]["replay_1s"]["per_s"] / out["local_1"]["replay_1s"]["per_s"]
     out["speedup_dask_2"] = out["dask_2"]["replay_1s"]["per_s"] / out["local_1"]["replay_1s"]["per_s"]
     fast = out["dask_2"]["replay_0.1s"]

@@ -40,13 +40,15 @@ def sweep(config: SmartSearchConfig | None = None, config_path: str | None = Non
         from_stage: Recompute this stage and every stage computed from it (config, branches, shapes,
             load_predictor, trials, ranking, candidates); the others are read back from the run folder.
         warm_start: An earlier run folder (e.g. of the same config on an older trace): its top candidates
-            are evaluated first, on this run's trace; no score is carried over.
+            are evaluated first, on this run's trace, and its trials are a GAUSSIAN_PROCESS_BANDIT study's
+            prior; no score is carried over into this run.
         cluster: Overrides sweep.cluster: run the evaluations on an existing Dask (tcp://HOST:PORT) or Ray
             (ray://HOST:PORT) cluster instead of local processes; not part of the run's identity.
         show_progress: Draw a progress bar on the terminal (for `spica sweep`; the UI has its own artifact).
     """
     try:
-        run = validate_config(config_path, runs_root, run_dir, seed, config, from_stage, warm_start, cluster)  # locks the folder
+        # validate locks the run folder
+        run = validate_config(config_path, runs_root, run_dir, seed, config, from_stage, warm_start, cluster)
         try:
             return _search_and_rank(run, show_progress)
         finally:

@@ -107,7 +107,7 @@ def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: i
         from flows.sweep import sweep
 
         guard.watch_api()
-        summary = sweep(config_path=config_path, runs_root=runs_root, run_dir=run_dir, seed=seed,
-                        from_stage=from_stage, warm_start=warm_start, cluster=cluster, show_progress=True)  # type: ignore[arg-type]
+        summary = sweep(config_path=config_path, runs_root=runs_root, run_dir=run_dir, seed=seed,  # type: ignore[arg-type]
+                        from_stage=from_stage, warm_start=warm_start, cluster=cluster, show_progress=True)
         print(render_summary(summary))
     return EXIT_OK if summary.ranking else EXIT_NO_RESULT

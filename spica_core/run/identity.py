@@ -74,7 +74,8 @@ class LocatedRun:
 def locate(source: str | Path | SmartSearchConfig, runs_root: str | Path | None = None,
            run_dir: str | Path | None = None, seed: int | None = None, cluster: str | None = None) -> LocatedRun:
     """The checked inputs (a config file, or a config given inline) and the folder they run in; ``seed``
-    overrides ``sweep.seed``, ``cluster`` ``sweep.cluster``. An inline config has the same fingerprint, so the same run, as its file."""
+    overrides ``sweep.seed``, ``cluster`` ``sweep.cluster``. An inline config has the same fingerprint, so the
+    same run, as its file."""
     from spica_core.run.catalog import DEFAULT_RUNS_ROOT
     from spica_core.run.inputs import load_inputs
     from spica_core.run.lock import check_folder
