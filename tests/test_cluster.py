@@ -473,3 +473,34 @@ def test_ray_outcomes_deadline_and_lost_workers(ray_cluster: str) -> None:
         assert lost.reason.count("died while evaluating") == 2 and all(f"pid {p}" in lost.reason for p in killed)
         after = ev.evaluate_batch([request(FAST)] * 3)
         assert [o.status for o in after] == ["feasible"] * 3
+
+
+@pytest.mark.slow
+def test_ray_a_client_server_that_fails_to_start_once_is_tried_again(ray_cluster: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The head starts a server process per client, which can fail on a busy machine: the evaluator connects
+    again instead of failing the sweep; any other connection error fails it at once."""
+    import ray
+
+    real, calls = ray.init, []
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        if len(calls) == 1:
+            raise ConnectionAbortedError("Initialization failure from server:\nRuntimeError: Starting Ray client "
+                                         "server failed. See ray_client_server_23000.err for detailed logs.")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ray, "init", flaky)
+    with make_evaluator(1, 120, ray_cluster) as ev:
+        assert [o.status for o in ev.evaluate_batch([request(FAST)])] == ["feasible"]
+    assert len(calls) == 2
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        raise ConnectionError("version mismatch")
+
+    monkeypatch.setattr(ray, "init", refused)
+    with pytest.raises(SpicaError, match="cannot connect to the Ray cluster at .*version mismatch"):
+        make_evaluator(1, 120, ray_cluster)
+    assert len(calls) == 3

@@ -52,6 +52,7 @@ NO_WORKER_S = 120.0       # a batch with work but no usable worker for this long
 KILL_GRACE_S = 10.0       # a killed Dask worker still registered after this is left alone (never used again)
 LOST_LIMIT = 2            # losses of a worker after which a candidate is failed (so: retried once)
 PREFETCH = 1              # evaluations queued on a slot behind its running one (hides the engine's round trip)
+RAY_CONNECT_ATTEMPTS = 3   # the Ray head failing to start this client's server process is tried again
 STEAL_AFTER_S = 1.0       # a slot that runs dry takes a candidate queued behind one running this long
 
 
@@ -623,10 +624,19 @@ class _RayBackend:
         if ray.is_initialized():
             raise ClusterError(f"{OPTION}: this process is already connected to a Ray cluster")
         _no_ray_auto_init()
-        try:
-            ray.init(address, logging_level=logging.WARNING, log_to_driver=False)
-        except Exception as exc:  # noqa: BLE001 - ConnectionError, version mismatch, ...
-            raise ClusterError(f"cannot connect to the Ray cluster at {address}: {type(exc).__name__}: {exc}") from None
+        for attempt in range(RAY_CONNECT_ATTEMPTS):
+            try:
+                ray.init(address, logging_level=logging.WARNING, log_to_driver=False)
+                break
+            except Exception as exc:  # noqa: BLE001 - ConnectionError, version mismatch, ...
+                # The head starts a server process per client; on a busy head that start can fail once.
+                transient = isinstance(exc, ConnectionAbortedError) and "client server failed" in str(exc)
+                if not transient or attempt + 1 == RAY_CONNECT_ATTEMPTS:
+                    raise ClusterError(f"cannot connect to the Ray cluster at {address}: "
+                                       f"{type(exc).__name__}: {_first_line(exc)}") from None
+                log.warning("connecting to the Ray cluster at %s: %s; trying again", address, _first_line(exc))
+                ray.shutdown()
+                time.sleep(1.0)
         self._connected = True
         self._slots: list[_RaySlot] = []
         self._fetched: dict[Any, Outcome] = {}
