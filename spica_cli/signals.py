@@ -141,13 +141,13 @@ def _session_server_class() -> type:
 
 def _ephemeral_server() -> Any | None:
     """The temporary server this sweep talks to, started now if Prefect would start one (PREFECT_API_URL unset)."""
-    from prefect.server.api.server import SubprocessASGIServer
     from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
 
-    from spica_core.errors import SpicaError
-
     if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
-        return None
+        return None  # (and the server's modules, ~2.5 s of imports, are not loaded)
+    from prefect.server.api.server import SubprocessASGIServer
+
+    from spica_core.errors import SpicaError
     server = SubprocessASGIServer._instances.get(None) or _session_server_class()()
     try:
         server.start()  # a no-op when it runs already (an earlier sweep in this process)

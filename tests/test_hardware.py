@@ -125,3 +125,32 @@ def test_shapes_that_cannot_hold_the_model_return_none() -> None:
 
 def test_aic_logging_is_silenced() -> None:
     assert logging.getLogger("aiconfigurator_core").getEffectiveLevel() >= logging.ERROR
+
+
+def test_system_facts_are_kept_on_disk_and_read_back_without_the_perf_database(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading a SKU's facts parses AIC's whole perf-database index; a later process reads the cached file."""
+    import aiconfigurator_core.sdk.perf_database as perf_database
+
+    from spica_core.space import facts
+
+    monkeypatch.setenv("SPICA_CACHE_DIR", str(tmp_path))
+    system_facts.cache_clear()
+    first = system_facts("h200_sxm")
+    [kept] = tmp_path.glob("system-h200_sxm-aic*.json")
+    assert json.loads(kept.read_text())["backend_versions"] == first.backend_versions
+
+    def no_database(*_: object) -> None:
+        raise AssertionError("the perf database was read again")
+
+    system_facts.cache_clear()  # as a new process would start
+    monkeypatch.setattr(perf_database, "get_supported_databases", no_database)
+    monkeypatch.setattr(perf_database, "get_latest_database_version", no_database)
+    assert system_facts("h200_sxm") == first and backend_version("h200_sxm", "vllm") == first.backend_versions["vllm"]
+
+    kept.write_text("{not json")  # a damaged file is read from AIC again (and would be here)
+    system_facts.cache_clear()
+    with pytest.raises(AssertionError, match="read again"):
+        system_facts("h200_sxm")
+    assert facts.cache_dir() == tmp_path
+    system_facts.cache_clear()

@@ -68,7 +68,8 @@ from typing import Any
 
 from spica_core.errors import NoPerfDatabaseError, UnknownModelError, UnknownSystemError
 from spica_core.evaluate.candidate import Candidate
-from spica_core.evaluate.profiles import EngineShape, aic_version, model_config
+from spica_core.evaluate.profiles import EngineShape, model_config
+from spica_core.space.facts import aic_version
 from spica_core.space.facts import backend_version, model_facts, quiet_aic
 
 

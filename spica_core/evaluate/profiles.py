@@ -15,19 +15,17 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from spica_core.run.fingerprint import fingerprint
-from spica_core.space.facts import quiet_aic
+from spica_core.space.facts import aic_version, cache_dir, quiet_aic
 from spica_core.space.kv import kv_tokens_per_rank
 from spica_core.space.parallel import Shape
 
 PROFILE_SCHEMA = 2
-DEFAULT_CACHE_DIR = Path("~/.cache/spica/profiles")
 
 # Table grid. The prefill axis covers every chunk the engines can schedule (max_num_batched_tokens
 # is at most 32768), the decode axes cover a rank's whole KV pool and the longest contexts.
@@ -72,19 +70,6 @@ class EngineShape:
         model = self.model.replace("/", "--")
         return (f"{model}_{self.system}_{self.backend}-{self.backend_version}_tp{self.tp}dp{self.attention_dp}"
                 f"mtp{self.moe_tp}mep{self.moe_ep}_{self.key()}")
-
-
-@lru_cache(maxsize=1)
-def aic_version() -> str:
-    try:
-        return metadata.version("aiconfigurator-core")
-    except metadata.PackageNotFoundError:  # pragma: no cover - the package is a hard dependency
-        return "absent"
-
-
-def cache_dir() -> Path:
-    """SPICA_CACHE_DIR, or ~/.cache/spica/profiles."""
-    return Path(os.environ.get("SPICA_CACHE_DIR") or DEFAULT_CACHE_DIR).expanduser()
 
 
 # ---------------------------------------------------------------- building a table

@@ -3,19 +3,28 @@
 Everything here is read from the installed aiconfigurator-core: its bundled model configs, its
 system specs and its perf database. Nothing is tabulated by hand, so a new AIC release changes
 the facts without a code change. All calls are cached: enumeration asks for the same facts many
-times and the first perf-DB touch per (system, backend) costs a fraction of a second.
+times. A SKU's facts are also kept on disk per aiconfigurator-core version, because reading them
+parses its whole perf-database index (about 2.5 s), which every command, stage and evaluation worker
+would otherwise pay once per process.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
-from dataclasses import dataclass
+import re
+import tempfile
+from dataclasses import asdict, dataclass
 from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from spica_core.errors import NoPerfDatabaseError, UnknownModelError, UnknownSystemError
 
 _AIC_LOGGERS = ("aiconfigurator_core", "aiconfigurator")
+
+DEFAULT_CACHE_DIR = Path("~/.cache/spica/profiles")
 
 # Backends in the order aiconfigurator-core names them; used to probe weights and perf DBs.
 _AIC_BACKENDS: tuple[str, ...] = ("trtllm", "sglang", "vllm")
@@ -28,6 +37,19 @@ def quiet_aic() -> None:
 
 
 quiet_aic()
+
+
+@lru_cache(maxsize=1)
+def aic_version() -> str:
+    try:
+        return metadata.version("aiconfigurator-core")
+    except metadata.PackageNotFoundError:  # pragma: no cover - the package is a hard dependency
+        return "absent"
+
+
+def cache_dir() -> Path:
+    """Where what is computed from aiconfigurator-core is kept: SPICA_CACHE_DIR, or ~/.cache/spica/profiles."""
+    return Path(os.environ.get("SPICA_CACHE_DIR") or DEFAULT_CACHE_DIR).expanduser()
 
 
 # ---------------------------------------------------------------- models
@@ -148,6 +170,23 @@ def _supported_databases() -> dict[str, dict[str, list[str]]]:
 @lru_cache(maxsize=None)
 def system_facts(sku: str) -> SystemFacts:
     """VRAM, node size and perf-DB versions of a SKU; unknown SKUs list the known ones."""
+    path = cache_dir() / f"system-{re.sub(r'[^A-Za-z0-9_.-]', '_', sku)}-aic{aic_version()}.json"
+    try:
+        return SystemFacts(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):  # absent, unreadable or from another layout: read AIC again
+        pass
+    facts = _read_system_facts(sku)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as tmp:
+            json.dump(asdict(facts), tmp)
+        os.replace(tmp.name, path)  # atomic: a concurrent reader sees the old file or the whole new one
+    except OSError:  # a read-only cache only costs the next process the same read
+        pass
+    return facts
+
+
+def _read_system_facts(sku: str) -> SystemFacts:
     from aiconfigurator_core.sdk.perf_database import get_latest_database_version, load_system_spec
 
     spec: dict[str, Any] = load_system_spec(sku) if sku in known_systems() else {}
@@ -186,6 +225,6 @@ def backend_version(sku: str, backend: str) -> str:
 
 
 __all__ = [
-    "ModelFacts", "SystemFacts", "model_facts", "system_facts", "backend_version", "bundled_models", "known_systems",
-    "quiet_aic",
+    "ModelFacts", "SystemFacts", "aic_version", "backend_version", "bundled_models", "cache_dir", "known_systems",
+    "model_facts", "quiet_aic", "system_facts",
 ]
