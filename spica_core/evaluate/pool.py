@@ -367,7 +367,7 @@ def make_evaluator(parallel_evals: int, max_eval_seconds: float | None,
     """Where a sweep's evaluations run: on the cluster at ``cluster`` (``tcp://`` Dask, ``ray://`` Ray), else
     in a pool of ``parallel_evals`` local processes, else (1) in this process."""
     if cluster is not None:
-        from spica_core.evaluate.cluster import ClusterEvaluator  # its engines' clients load only when asked for
+        from spica_core.evaluate.cluster import ClusterEvaluator  # (cluster.py builds on this module)
 
         return ClusterEvaluator(cluster, max_eval_seconds)
     if parallel_evals <= 1:
