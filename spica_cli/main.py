@@ -91,24 +91,24 @@ def cmd_emit(args: argparse.Namespace) -> int:
                         args.model_cache_pvc or None)
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
-    return value
+def _int_at_least(minimum: int, option: str = "") -> Callable[[str], int]:
+    """An argparse type: an integer >= ``minimum`` (``option`` names the flag in the message)."""
+    what = f"{option} must be" if option else "must be"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} an integer >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{what} an integer >= {minimum}, got {value}")
+        return value
+
+    return parse
 
 
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--seed must be an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"--seed must be an integer >= 0, got {value}")
-    return value
+_positive = _int_at_least(1)
+_seed = _int_at_least(0, "--seed")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -677,10 +677,7 @@ def plot_front(inputs: ReportInputs) -> bytes | None:
             line = sorted(p for _, p in front)
             ax.plot(*zip(*line), "-o", color="#1f77b4", ms=5, label="front")
         marked = [(r, p) for r, p in front if r.rank in emitted]
-        if marked:
-            ax.scatter(*zip(*(p for _, p in marked)), marker="*", s=160, color="#d62728", zorder=5, label="emitted")
-            for r, p in marked:
-                ax.annotate(f"#{r.rank}", p, textcoords="offset points", xytext=(6, 4), fontsize=8)
+        _mark_emitted(ax, marked)
         ax.set_xlabel(_axis(xo))
         ax.set_ylabel(_axis(yo))
         title = "Pareto front" + (f" (first two of {len(goal.objectives)} objectives)"
@@ -698,10 +695,7 @@ def plot_front(inputs: ReportInputs) -> bytes | None:
             ax.scatter(*zip(*(p for _, p in ranked)), s=36, facecolors="none", edgecolors="#1f77b4",
                        label="ranked")
         marked = [(r, p) for r, p in ranked if r.rank in emitted]
-        if marked:
-            ax.scatter(*zip(*(p for _, p in marked)), marker="*", s=160, color="#d62728", zorder=5, label="emitted")
-            for r, p in marked:
-                ax.annotate(f"#{r.rank}", p, textcoords="offset points", xytext=(6, 4), fontsize=8)
+        _mark_emitted(ax, marked)
         ax.set_xlabel("GPUs used")
         ax.set_ylabel(goal.axis_label())
         ax.set_title(f"{goal.first} against GPUs", fontsize=10)
@@ -710,6 +704,15 @@ def plot_front(inputs: ReportInputs) -> bytes | None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.legend(fontsize=8, loc="best")
     return _png(fig)
+
+
+def _mark_emitted(ax: Any, marked: Sequence[tuple[Any, tuple[float, float]]]) -> None:
+    """A red star and its rank on each candidate that got a manifest."""
+    if not marked:
+        return
+    ax.scatter(*zip(*(p for _, p in marked)), marker="*", s=160, color="#d62728", zorder=5, label="emitted")
+    for r, p in marked:
+        ax.annotate(f"#{r.rank}", p, textcoords="offset points", xytext=(6, 4), fontsize=8)
 
 
 def _axis(objective: str) -> str:

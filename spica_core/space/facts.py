@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from importlib import metadata
@@ -176,11 +175,10 @@ def system_facts(sku: str) -> SystemFacts:
     except (OSError, ValueError, TypeError):  # absent, unreadable or from another layout: read AIC again
         pass
     facts = _read_system_facts(sku)
+    from spica_core.run.catalog import write_file  # atomic: a concurrent reader sees no half-written file
+
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as tmp:
-            json.dump(asdict(facts), tmp)
-        os.replace(tmp.name, path)  # atomic: a concurrent reader sees the old file or the whole new one
+        write_file(path, json.dumps(asdict(facts)))
     except OSError:  # a read-only cache only costs the next process the same read
         pass
     return facts
