@@ -23,6 +23,8 @@ WORKLOAD = {"isl": 1000, "osl": 200, "num_request_ratio": 4, "concurrency": 16}
 
 def make(model: str = "Qwen/Qwen3-32B", budget: int = 8, backends: list[str] | None = None,
          goal: dict[str, Any] | None = None, workload: dict[str, Any] | None = None, **space: Any) -> SmartSearchConfig:
+    if model.startswith("deepseek-ai/"):  # the DeepSeek counts below are for an fp8 KV cache
+        space.setdefault("kv_cache_dtype", "fp8")
     data: dict[str, Any] = {
         "search_space": {"model_name": model, "hardware_sku": "h200_sxm", "gpu_budget": budget,
                          "backend": backends or ALL, **space},
@@ -61,7 +63,8 @@ def test_qwen_pools(qwen: BranchSet) -> None:
     a, d = qwen.branch("agg"), qwen.branch("disagg")
     assert len(a.pool) == 15 and len(d.pool) == 71  # see test_enumeration for the hand counts
     assert all(s == ("vllm", "sglang", "trtllm") for s in a.supported_backends.values())
-    assert a.summary()["trtllm"] == {"num_configs": 15, "strategies": ["tp"], "engine_sizes": {"agg": [1, 2, 4, 8]}}
+    assert a.summary()["trtllm"] == {"num_configs": 15, "strategies": ["tp"], "engine_sizes": {"agg": [1, 2, 4, 8]},
+                                   "precisions": ["bf16"]}
     assert d.summary()["vllm"]["engine_sizes"] == {"prefill": [1, 2, 4], "decode": [1, 2, 4]}
     # deterministic order: used GPUs, then the tie-break key
     assert a.pool[0] == agg(1) and a.pool[-1] in (agg(1, r=8), agg(2, r=4), agg(4, r=2), agg(8))
@@ -314,6 +317,7 @@ SPACE_YAML = """search_space:
   hardware_sku: h200_sxm
   gpu_budget: 32
   backend: [vllm, sglang, trtllm]
+  kv_cache_dtype: fp8
 workload: {isl: 1000, osl: 100, num_request_ratio: 2, concurrency: 8}
 """
 

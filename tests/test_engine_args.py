@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from spica_core.space.precision import precision_of
 from spica_core.config.model import SmartSearchConfig, Workload
 from spica_core.errors import InfeasibleKVCapacityError, RejectedEngineArgsError
 from spica_core.evaluate.engine_args import (
@@ -43,7 +44,7 @@ def make_candidate(mode: str = "agg", pc: dict[str, Any] | None = None, **space:
 
 
 def test_profile_is_cached_under_spica_cache_dir_and_built_once() -> None:
-    es = EngineShape.of(MODEL, SKU, "vllm", backend_version(SKU, "vllm"), Shape(2))
+    es = EngineShape.of(MODEL, SKU, "vllm", backend_version(SKU, "vllm"), Shape(2), precision_of(MODEL, None, "bf16"))
     p1 = profile_path(es)
     assert p1.parent == cache_dir().resolve() and Path(os.environ["SPICA_CACHE_DIR"]).resolve() == p1.parent
     mtime = p1.stat().st_mtime_ns
@@ -56,8 +57,8 @@ def test_profile_is_cached_under_spica_cache_dir_and_built_once() -> None:
 
 
 def test_profile_values_are_aic_step_estimates() -> None:
-    es2 = EngineShape.of(MODEL, SKU, "vllm", backend_version(SKU, "vllm"), Shape(2))
-    es4 = EngineShape.of(MODEL, SKU, "vllm", backend_version(SKU, "vllm"), Shape(4))
+    es2 = EngineShape.of(MODEL, SKU, "vllm", backend_version(SKU, "vllm"), Shape(2), precision_of(MODEL, None, "bf16"))
+    es4 = EngineShape.of(MODEL, SKU, "vllm", backend_version(SKU, "vllm"), Shape(4), precision_of(MODEL, None, "bf16"))
     assert es2.key() != es4.key()
     st2, st4 = StepTimes(profile_path(es2)), StepTimes(profile_path(es4))
     _, h2 = step_engine(es2)
@@ -76,10 +77,10 @@ def test_profile_values_are_aic_step_estimates() -> None:
 
 def test_gpu_and_backend_change_the_profile() -> None:
     v = backend_version(SKU, "vllm")
-    h200 = StepTimes(profile_path(EngineShape.of(MODEL, SKU, "vllm", v, Shape(2))))
+    h200 = StepTimes(profile_path(EngineShape.of(MODEL, SKU, "vllm", v, Shape(2), precision_of(MODEL, None, "bf16"))))
     h100 = StepTimes(profile_path(EngineShape.of(MODEL, "h100_sxm", "vllm", backend_version("h100_sxm", "vllm"),
-                                                 Shape(2))))
-    sgl = StepTimes(profile_path(EngineShape.of(MODEL, SKU, "sglang", backend_version(SKU, "sglang"), Shape(2))))
+                                                 Shape(2), precision_of(MODEL, None, "bf16"))))
+    sgl = StepTimes(profile_path(EngineShape.of(MODEL, SKU, "sglang", backend_version(SKU, "sglang"), Shape(2), precision_of(MODEL, None, "bf16"))))
     assert h100.decode_ms(4096, 1) > 1.15 * h200.decode_ms(4096, 1)  # memory-bound decode: less HBM bandwidth
     assert sgl.decode_ms(64 * 4096, 64) != pytest.approx(h200.decode_ms(64 * 4096, 64), rel=1e-3)
 
@@ -93,7 +94,7 @@ def test_agg_payload_schema_and_kv_blocks_from_the_memory_model() -> None:
     roles = build_engine_args(s)
     assert list(roles) == ["agg"]
     ra = roles["agg"]
-    tokens = kv_tokens_per_rank(MODEL, SKU, "vllm", Shape(2), max_num_tokens=16384, max_batch_size=512,
+    tokens = kv_tokens_per_rank(MODEL, SKU, "vllm", Shape(2), precision=precision_of(MODEL, None, "bf16"), max_num_tokens=16384, max_batch_size=512,
                                 memory_fraction=0.85, nextn=2)
     assert ra.num_gpu_blocks == tokens // 64 and ra.replicas == 2
     p = ra.payload
@@ -187,7 +188,7 @@ def test_kv_load_ratio_follows_the_capacity_formula(mode: str) -> None:
     concurrency, kv = resolve_kv_load(s, w, 1.0)
     role, shape, reps = ("agg", Shape(2), 3) if mode == "agg" else ("decode", Shape(4), 2)
     seqs = 256
-    tokens = kv_tokens_per_rank(MODEL, SKU, "vllm", shape, max_num_tokens=8192, max_batch_size=seqs, memory_fraction=0.9)
+    tokens = kv_tokens_per_rank(MODEL, SKU, "vllm", shape, precision=precision_of(MODEL, None, "bf16"), max_num_tokens=8192, max_batch_size=seqs, memory_fraction=0.9)
     capacity = (tokens // 64) * 64 * 1 * reps
     assert kv.role_capacity_tokens[role] == capacity == kv.capacity_tokens
     assert kv.concurrency_capacity == capacity // 4500

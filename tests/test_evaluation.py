@@ -14,6 +14,7 @@ import yaml
 
 from spica_cli.evaluate import evaluate_command
 from spica_cli.main import main
+from spica_core.space.precision import precision_of
 from spica_core.config.model import SmartSearchConfig
 from spica_core.evaluate import (
     Candidate, EvalPool, EvalRequest, SequentialEvaluator, Status, evaluate_one, make_evaluator,
@@ -72,7 +73,7 @@ def test_kv_load_ratio_one_replays_the_capacity_formula_concurrency() -> None:
     out = evaluate_one(request({"isl": 2000, "osl": 200, "kv_load_ratio": 1.0, "num_request_ratio": 1.5},
                                {"tp": 2, "replicas": 2}))
     assert out.status == "feasible", out.reason
-    tokens = kv_tokens_per_rank(MODEL, "h200_sxm", "vllm", Shape(2), max_num_tokens=8192, max_batch_size=256,
+    tokens = kv_tokens_per_rank(MODEL, "h200_sxm", "vllm", Shape(2), precision=precision_of(MODEL, None, "bf16"), max_num_tokens=8192, max_batch_size=256,
                                 memory_fraction=0.9)
     capacity = (tokens // 64) * 64 * 2
     sample = out.candidate.to_sample()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from spica_core.space.precision import precision_of
 from spica_core.errors import NoPerfDatabaseError, UnknownModelError, UnknownSystemError
 from spica_core.space.facts import backend_version, model_facts, system_facts
 from spica_core.space.kv import kv_estimate, kv_tokens_per_rank, memory_fraction_kind
@@ -32,8 +33,9 @@ def test_deepseek_v3_is_moe_with_latent_fp8_kv() -> None:
     f = model_facts("deepseek-ai/DeepSeek-V3")
     assert (f.is_moe, f.is_mla, f.architecture) == (True, True, "DeepseekV3ForCausalLM")
     assert f.max_context == 163_840
-    # MLA: 61 layers × (kv_lora_rank 512 + qk_rope_head_dim 64) × 1 byte (FP8 checkpoint → FP8 KV)
-    assert f.kv_bytes_per_token == 61 * (512 + 64) * 1 == 35_136
+    # MLA: 61 layers × (kv_lora_rank 512 + qk_rope_head_dim 64) × 2 bytes (a bf16 KV cache; fp8 holds half)
+    assert f.kv_bytes_per_token == 61 * (512 + 64) * 2 == 70_272
+    assert (f.gemm_quant_mode, f.moe_quant_mode) == ("fp8_block", "fp8_block")  # the FP8 checkpoint
     # FP8 671B checkpoint: more than half of one H200 node (8 × 141 GiB), unlike Qwen3-32B
     assert 600 * GIB < f.weight_bytes < 700 * GIB
     node = system_facts("h200_sxm")
@@ -109,18 +111,18 @@ def test_kv_tokens_follow_the_budget_formula() -> None:
     of_total = int((cap * 0.9 - non_kv) / 131_072)
     of_free = int((cap - non_kv) * 0.9 / 131_072)
     assert of_total == 751_550 and of_free == 780_352
-    assert kv_tokens_per_rank("Qwen/Qwen3-32B", "h200_sxm", "vllm", Shape(tp=2)) == of_total
-    assert kv_tokens_per_rank("Qwen/Qwen3-32B", "h200_sxm", "trtllm", Shape(tp=2)) == of_free
+    assert kv_tokens_per_rank("Qwen/Qwen3-32B", "h200_sxm", "vllm", Shape(tp=2), precision=precision_of("Qwen/Qwen3-32B", None, "bf16")) == of_total
+    assert kv_tokens_per_rank("Qwen/Qwen3-32B", "h200_sxm", "trtllm", Shape(tp=2), precision=precision_of("Qwen/Qwen3-32B", None, "bf16")) == of_free
 
 
 def test_shapes_that_cannot_hold_the_model_return_none() -> None:
     # DeepSeek-V3 on 2 GPUs: ~330 GiB of FP8 weights per GPU > 141 GiB
-    tokens, why = kv_estimate("deepseek-ai/DeepSeek-V3", "h200_sxm", "vllm", Shape(tp=2, moe_ep=2))
+    tokens, why = kv_estimate("deepseek-ai/DeepSeek-V3", "h200_sxm", "vllm", Shape(tp=2, moe_ep=2), precision=precision_of("deepseek-ai/DeepSeek-V3", None, "fp8"))
     assert tokens is None and why.startswith("no KV budget")
     # FP8 block-quantised experts need moe_inter / moe_tp divisible by 128: 1536 / 8 = 192 is not
-    tokens, why = kv_estimate("Qwen/Qwen3-235B-A22B-FP8", "h200_sxm", "vllm", Shape(tp=8, moe_tp=8))
+    tokens, why = kv_estimate("Qwen/Qwen3-235B-A22B-FP8", "h200_sxm", "vllm", Shape(tp=8, moe_tp=8), precision=precision_of("Qwen/Qwen3-235B-A22B-FP8", None, "fp8"))
     assert tokens is None and why.startswith("Invalid quantized MoE configuration")
-    assert kv_tokens_per_rank("Qwen/Qwen3-235B-A22B-FP8", "h200_sxm", "vllm", Shape(tp=4, moe_tp=4)) is not None
+    assert kv_tokens_per_rank("Qwen/Qwen3-235B-A22B-FP8", "h200_sxm", "vllm", Shape(tp=4, moe_tp=4), precision=precision_of("Qwen/Qwen3-235B-A22B-FP8", None, "fp8")) is not None
 
 
 def test_aic_logging_is_silenced() -> None:

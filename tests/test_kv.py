@@ -5,6 +5,7 @@ from typing import Any
 
 import pytest
 
+from spica_core.space.precision import precision_of
 from spica_core.config import SmartSearchConfig
 from spica_core.errors import NoViableParallelConfigError
 from spica_core.space.branches import estimate_shapes, kv_filter, legal_space
@@ -39,7 +40,9 @@ def test_max_seq_len_defaults_to_model_context() -> None:
 def test_qwen3_32b_every_tp_holds_the_model_max_context() -> None:
     space = legal_space(agg_vllm(QWEN))
     records = estimate_shapes(space)
-    assert list(records) == [("vllm", Shape(1)), ("vllm", Shape(2)), ("vllm", Shape(4)), ("vllm", Shape(8))]
+    bf16 = precision_of(QWEN, None, "bf16")
+    assert list(records) == [("vllm", bf16, Shape(1)), ("vllm", bf16, Shape(2)), ("vllm", bf16, Shape(4)),
+                             ("vllm", bf16, Shape(8))]
     assert all(r.feasible and r.max_seq_len == 40_960 for r in records.values())
     pool = kv_filter(space, records).branch("agg").pool
     assert {c.agg.shape for c in pool if c.agg} == {Shape(1), Shape(2), Shape(4), Shape(8)}
@@ -52,9 +55,9 @@ def test_qwen3_32b_every_tp_holds_the_model_max_context() -> None:
 def test_qwen3_32b_tp1_fails_a_250k_context_on_vllm_but_not_trtllm() -> None:
     """249,864 ≤ 250,000 on vLLM (fraction of total). TRT-LLM's fraction is of *free* memory:
     (141 GiB − non-KV) × 0.9 / 262,144 = 276,856 > 250,000."""
-    vllm = shape_kv(QWEN, "h200_sxm", "vllm", Shape(1), 250_000)
+    vllm = shape_kv(QWEN, "h200_sxm", "vllm", Shape(1), 250_000, precision_of(QWEN, None, "bf16"))
     assert not vllm.feasible and vllm.kv_tokens_per_rank == 249_864 and "max_seq_len 250000" in vllm.reason
-    trt = shape_kv(QWEN, "h200_sxm", "trtllm", Shape(1), 250_000)
+    trt = shape_kv(QWEN, "h200_sxm", "trtllm", Shape(1), 250_000, precision_of(QWEN, None, "bf16"))
     non_kv = 65_522_892_800 + 1_476_395_008 + 3_758_096_384
     assert trt.feasible and trt.kv_tokens_per_rank == int((141 * GIB - non_kv) * 0.9 / 262_144) == 276_856
     branch = kv_filter(legal_space(agg_vllm(QWEN, context_length=250_000))).branch("agg")
@@ -66,7 +69,7 @@ def test_qwen3_32b_tp1_fails_a_250k_context_on_vllm_but_not_trtllm() -> None:
 def test_deepseek_v3_small_shapes_have_no_kv_budget() -> None:
     """657 GiB of FP8 weights: 4 GPUs hold ≥ 164 GiB each, more than a 141 GiB H200."""
     for shape in worker_shapes(True, 4, "vllm"):
-        r = shape_kv(DSV3, "h200_sxm", "vllm", shape, 163_840)
+        r = shape_kv(DSV3, "h200_sxm", "vllm", shape, 163_840, precision_of(DSV3, None, "fp8"))
         assert not r.feasible and r.kv_tokens_per_rank is None and r.reason.startswith("no KV budget")
 
 
@@ -84,7 +87,7 @@ def test_deepseek_v3_small_shapes_have_no_kv_budget() -> None:
     ("sglang", Shape(tp=8, moe_ep=8), True),
 ])
 def test_deepseek_v3_pattern_feasibility_per_backend(backend: str, shape: Shape, feasible: bool) -> None:
-    assert shape_kv(DSV3, "h200_sxm", backend, shape, 163_840).feasible is feasible
+    assert shape_kv(DSV3, "h200_sxm", backend, shape, 163_840, precision_of(DSV3, None, "fp8")).feasible is feasible
 
 
 def test_no_perf_db_and_nothing_feasible() -> None:

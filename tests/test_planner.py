@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from spica_core.space.precision import precision_of
 from spica_core.config.model import SmartSearchConfig
 from spica_core.evaluate.evaluator import EvalRequest, evaluate_one
 from spica_core.space.facts import backend_version
@@ -39,7 +40,7 @@ def planner_candidate(**fields: Any) -> Candidate:
 
 @pytest.fixture(scope="module")
 def profile() -> str:
-    return str(profile_path(EngineShape.of(MODEL, "h200_sxm", "vllm", backend_version("h200_sxm", "vllm"), Shape(2))))
+    return str(profile_path(EngineShape.of(MODEL, "h200_sxm", "vllm", backend_version("h200_sxm", "vllm"), Shape(2), precision_of(MODEL, None, "bf16"))))
 
 
 def fpm(*, kv: int = 0, reqs: int = 0, qp_tokens: int = 0, qp: int = 0, ptok: int = 0, wall: float = 0.01) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from spica_core.space.precision import precision_of
 from spica_core.config import SmartSearchConfig
 from spica_core.evaluate import Candidate, EvalRequest, Outcome, evaluate_one, sla_kwargs
 from spica_core.evaluate.engine_args import build_engine_args, router_kwargs
@@ -57,7 +58,7 @@ def evaluate(cfg: SmartSearchConfig, pc: dict[str, Any], **kw: Any) -> Outcome:
 
 def aic_steps(sku: str, tp: int) -> tuple[float, float]:
     """AIC's own prefill (4000 tokens) and single decode step (bs 1, ctx 4100) estimates."""
-    _, h = step_engine(EngineShape.of(MODEL, sku, "vllm", backend_version(sku, "vllm"), Shape(tp)))
+    _, h = step_engine(EngineShape.of(MODEL, sku, "vllm", backend_version(sku, "vllm"), Shape(tp), precision_of(MODEL, None, "bf16")))
     return h.predict_prefill_latency(1, 4000, 0), h.decode_step_latency(1, 4100, 0)
 
 

@@ -44,7 +44,7 @@ def test_agg_round_robin_static_has_exactly_the_applicable_keys() -> None:
     sel = {"deployment_mode": "agg", "backend": "vllm", "agg_max_num_batched_tokens": 16384, "agg_max_num_seqs": 512,
            "router_mode": "round_robin", "planner_scaling_policy": "disabled"}
     s = unroll_sample(space(), sel, AGG)
-    assert set(s) == {"deployment_mode", "backend", "router_mode"} | PINNED | AGG_PARALLEL | AGG_ENGINE | PLANNER_BASE
+    assert set(s) == {"deployment_mode", "backend", "quantization", "kv_cache_dtype", "router_mode"} | PINNED | AGG_PARALLEL | AGG_ENGINE | PLANNER_BASE
     assert (s["tp"], s["replicas"], s["used_gpus"], s["strategy"]) == (2, 3, 6, "tp")
     assert (s["agg_max_num_batched_tokens"], s["agg_max_num_seqs"], s["agg_block_size"]) == (16384, 512, 64)
     assert s["enable_load_scaling"] is False and s["enable_throughput_scaling"] is False

@@ -30,8 +30,8 @@ DISAGG = candidate("disagg", {"prefill_max_num_seqs": 4, "prefill_max_num_batche
 
 
 def test_summary_knobs_tell_same_shape_rows_apart() -> None:
-    assert AGG.knobs_label() == "A:256/8192 kv(1.0,4.0,0.0) load_180_5"
-    assert DISAGG.knobs_label() == "P:4/16384 D:512/8192 rr"
+    assert AGG.knobs_label() == "bf16 A:256/8192 kv(1.0,4.0,0.0) load_180_5"
+    assert DISAGG.knobs_label() == "bf16 P:4/16384 D:512/8192 rr"
 
 
 def summary(**kw: Any) -> SweepSummary:

@@ -8,6 +8,17 @@ from typing import Any, Final
 
 DEPLOYMENT_MODES: Final = ("disagg", "agg")
 BACKENDS: Final = ("vllm", "sglang", "trtllm")
+KV_CACHE_DTYPES: Final = ("bf16", "fp8")
+DEFAULT_KV_CACHE_DTYPE: Final = "bf16"
+
+
+# Every weight/compute precision aiconfigurator-core 0.12 can model: its GEMM quant modes, then its
+# MoE-only ones, with ``bf16`` for ``bfloat16``. Which of them have perf data depends on the SKU and
+# backend (``spica_core.space.precision``); tests/test_precision.py keeps this list equal to AIC's enums.
+QUANTIZATIONS: Final = (
+    "bf16", "int8_wo", "int4_wo", "fp8", "fp8_static", "sq", "fp8_block", "fp8_ootb", "nvfp4", "nvfp4_wo",
+    "w4a16_nvfp4", "w4afp8", "w4a16_mxfp4", "w4a8_mxfp4_mxfp8", "w4a8_mxfp4_mxfp8_trtllm", "w4a16_mxfp4_cutlass",
+)
 
 
 # ---------------------------------------------------------------- composite presets (§3.1–§3.4)
@@ -106,6 +117,8 @@ COMPOSITE_REQUIRED_KEYS: Final[dict[str, tuple[str, ...]]] = {
 SEARCH_CHOICES: Final[dict[str, tuple[Any, ...]]] = {
     "deployment_mode": DEPLOYMENT_MODES,
     "backend": BACKENDS,
+    "quantization": QUANTIZATIONS,
+    "kv_cache_dtype": KV_CACHE_DTYPES,
     "prefill_max_num_batched_tokens": (8192, 16384, 32768),
     "prefill_max_num_seqs": (1, 2, 4, 8, 16, 32, 64, 128, 256),
     "decode_max_num_batched_tokens": (8192,),
@@ -125,6 +138,7 @@ SEARCH_CHOICES: Final[dict[str, tuple[Any, ...]]] = {
 KNOB_DEFAULTS: Final[dict[str, tuple[Any, ...]]] = {
     **SEARCH_CHOICES,
     "backend": ("vllm",),
+    "kv_cache_dtype": (DEFAULT_KV_CACHE_DTYPE,),
 }
 
 ENGINE_KNOBS: Final[dict[str, tuple[str, ...]]] = {

@@ -66,15 +66,21 @@ def _no_bool(value: Any) -> Any:
     return value
 
 
-def _atomic(knob: str, item: type) -> Any:
-    """A list knob: non-empty, every entry in SEARCH_CHOICES[knob]; duplicates dropped, order kept."""
+def _choices(knob: str, item: type) -> Any:
+    """A non-empty list, every entry in SEARCH_CHOICES[knob]; duplicates dropped, order kept."""
     element = Annotated[item, BeforeValidator(_no_bool), AfterValidator(_member_of(knob))]
-    return Annotated[
-        list[element],  # type: ignore[valid-type]
-        Field(default_factory=lambda: list(KNOB_DEFAULTS[knob]), min_length=1,
-              description=f"allowed: {list(SEARCH_CHOICES[knob])}"),
-        AfterValidator(_dedupe),
-    ]
+    return Annotated[list[element], Field(min_length=1), AfterValidator(_dedupe)]  # type: ignore[valid-type]
+
+
+def _atomic(knob: str, item: type) -> Any:
+    """A list knob defaulting to KNOB_DEFAULTS[knob]."""
+    return Annotated[_choices(knob, item), Field(default_factory=lambda: list(KNOB_DEFAULTS[knob]),
+                                                 description=f"allowed: {list(SEARCH_CHOICES[knob])}")]
+
+
+def _one_or_list(value: Any) -> Any:
+    """A knob that takes one value to pin or a list to search."""
+    return [value] if isinstance(value, str) else value
 
 
 def _dedupe(values: list[Any]) -> list[Any]:
@@ -221,6 +227,14 @@ class SearchSpace(_Model):
     context_length: _int_upto(limits.SEQUENCE_TOKENS) | None = None
     startup_time: Annotated[float, Field(ge=0), BeforeValidator(_no_bool), _at_most(limits.STARTUP_SECONDS)] | None = None
     aic_nextn: Annotated[StrictInt, Field(ge=0, le=5)] | None = None
+
+    # precision (weights/compute, KV cache): one value pins, a list is searched
+    quantization: Annotated[_choices("quantization", str), BeforeValidator(_one_or_list)] | None = Field(
+        default=None, description="weight/compute precision (AIC quant-mode names, bf16 for bfloat16); one value "
+                                  "or a list; null: the checkpoint's own precision")
+    kv_cache_dtype: Annotated[_choices("kv_cache_dtype", str), BeforeValidator(_one_or_list)] = Field(
+        default_factory=lambda: list(KNOB_DEFAULTS["kv_cache_dtype"]),
+        description=f"KV-cache dtype {list(SEARCH_CHOICES['kv_cache_dtype'])}; one value or a list")
 
     # prefill / decode / agg engines (§2.3–§2.5)
     prefill_max_num_batched_tokens: _atomic("prefill_max_num_batched_tokens", int)

@@ -199,7 +199,8 @@ def aic_estimate(candidate: Candidate, *, isl: int, osl: int, concurrency: int) 
         return None
     rc = candidate.parallel.roles["agg"]
     knobs = candidate.engines["agg"]
-    es = EngineShape.of(ctx.model_name, ctx.hardware_sku, candidate.backend, version, rc.shape, nextn=ctx.aic_nextn)
+    es = EngineShape.of(ctx.model_name, ctx.hardware_sku, candidate.backend, version, rc.shape, candidate.precision,
+                        nextn=ctx.aic_nextn)
     b, ctx_tokens, modelled = static_point(candidate, concurrency, isl)
     point = _point(es, int(isl), int(osl), b, ctx_tokens, float(knobs.gpu_memory_utilization),
                    int(knobs.max_num_batched_tokens))

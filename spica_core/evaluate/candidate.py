@@ -1,7 +1,7 @@
 """The candidate every stage speaks: one deployment to replay, as a frozen typed value.
 
-A :class:`Candidate` holds mode, backend and version, the parallel config, per-role engine knobs,
-the router, the planner and its load predictor. Its wire format, for the replay's inputs and for
+A :class:`Candidate` holds mode, backend and version, the parallel config, the precision, per-role
+engine knobs, the router, the planner and its load predictor. Its wire format, for the replay's inputs and for
 every file, is the flat unrolled sample of reference §9.1: ``to_sample()`` writes exactly the keys
 that apply (irrelevant knobs are absent, never sentinels) and ``from_sample()`` reads them back.
 """
@@ -17,6 +17,7 @@ from spica_core.config.model import SearchSpace
 from spica_core.config.policies import PolicyEntry
 from spica_core.errors import SpicaError
 from spica_core.space.parallel import Mode, ParallelConfig
+from spica_core.space.precision import Precision, precision_of
 
 T = TypeVar("T")
 # The predictor sub-sweep's winner per throughput interval (seconds).
@@ -175,6 +176,7 @@ class Candidate:
     engines: Mapping[str, EngineKnobs]
     router: Router
     planner: PlannerChoice
+    precision: Precision
     backend_version: str | None = None   # resolved by the evaluation (latest perf-DB version)
     concurrency: int | None = None       # fixed or KV-derived closed-loop concurrency
     kv_load: KVLoad | None = None
@@ -219,6 +221,10 @@ class Candidate:
                              f"values ({values}); pin it or let the study choose it")
 
         backend = pick("backend")
+        quantization = selection.get("quantization")
+        if quantization is None and space.quantization is not None:
+            quantization = pick("quantization")
+        precision = precision_of(space.model_name, quantization, pick("kv_cache_dtype"))
         engines = {role: EngineKnobs(int(pick(f"{role}_max_num_batched_tokens")), int(pick(f"{role}_max_num_seqs")),
                                      pinned(f"{role}_block_size"), pinned(f"{role}_gpu_memory_utilization"),
                                      pinned(f"{role}_enable_prefix_caching"))
@@ -245,23 +251,23 @@ class Candidate:
                               **decode_composite("planner_load_sensitivity", pick("planner_load_sensitivity")),
                               load_predictor=predictor)
         return cls(mode, backend, _build(Context, pinned), _build(HostOffload, pinned), parallel, engines, router,
-                   planner)
+                   planner, precision)
 
     # ------------------------------------------------------------ the §9.1 wire format
 
     def knobs_label(self) -> str:
-        """Batching, router and planner, compactly: what tells two rows of the same shape apart."""
+        """Precision, batching, router and planner, compactly: what tells two rows of the same shape apart."""
         batch = " ".join(f"{role[0].upper()}:{k.max_num_seqs}/{k.max_num_batched_tokens}"
                          for role, k in self.engines.items())
         r = self.router
         router = f"kv({r.overlap_score_credit},{r.prefill_load_scale},{r.router_temperature})" if r.is_kv else "rr"
         policy = self.planner.policy
         planner = "" if policy == "disabled" else f" {policy if isinstance(policy, str) else 'custom'}"
-        return f"{batch} {router}{planner}"
+        return f"{self.precision.label()} {batch} {router}{planner}"
 
     def to_sample(self) -> dict[str, Any]:
         """The flat unrolled sample (§9.1), plus the run fields once resolved."""
-        out: dict[str, Any] = {"deployment_mode": self.mode, "backend": self.backend}
+        out: dict[str, Any] = {"deployment_mode": self.mode, "backend": self.backend, **self.precision.fields()}
         out.update(_as_dict(self.context))
         out.update(_as_dict(self.offload))
         out.update(self.parallel.flat_fields())
@@ -314,9 +320,10 @@ class Candidate:
             kv_load = KVLoad(sample["kv_load_ratio"], sample["kv_load_capacity_tokens"],
                              sample["kv_load_concurrency_capacity"],
                              {r: sample[f"{r}_kv_capacity_tokens"] for r in roles if f"{r}_kv_capacity_tokens" in sample})
+        precision = precision_of(sample["model_name"], sample["quantization"], sample["kv_cache_dtype"])
         return cls(mode, sample["backend"], _build(Context, sample.__getitem__),
                    _build(HostOffload, sample.__getitem__), parallel, engines, router,
-                   planner, sample.get("backend_version"), sample.get("concurrency"), kv_load)
+                   planner, precision, sample.get("backend_version"), sample.get("concurrency"), kv_load)
 
 
 def _build(cls: type[T], value_of: Callable[[str], Any]) -> T:

@@ -53,11 +53,15 @@ class RoleArgs:
         return self.num_gpu_blocks * self.block_size * self.shape.attention_dp
 
 
-def kv_transfer_fields(model: str, shape: Shape) -> dict[str, float]:
-    """kv_transfer_bytes_per_token (whole token, all layers) and the hand-off bandwidth in GB/s."""
+KV_DTYPE_BYTES = {"bf16": 2, "fp8": 1}
+
+
+def kv_transfer_fields(model: str, shape: Shape, kv_cache_dtype: str) -> dict[str, float]:
+    """kv_transfer_bytes_per_token (whole token, all layers, at the KV dtype) and the hand-off bandwidth in GB/s."""
     facts = model_facts(model)
     lanes = 1 if facts.is_mla else shape.tp
-    return {"kv_transfer_bytes_per_token": int(facts.kv_bytes_per_token),
+    per_token = facts.kv_bytes_per_token * KV_DTYPE_BYTES[kv_cache_dtype] // KV_DTYPE_BYTES["bf16"]
+    return {"kv_transfer_bytes_per_token": int(per_token),
             "kv_transfer_bandwidth": KV_TRANSFER_GBPS_PER_GPU * lanes}
 
 
@@ -97,7 +101,7 @@ def role_payload(candidate: Candidate, role: str, *, num_gpu_blocks: int, profil
     if context.aic_nextn:
         engine["aic_nextn"] = int(context.aic_nextn)
     if role == "prefill":
-        engine.update(kv_transfer_fields(context.model_name, shape))
+        engine.update(kv_transfer_fields(context.model_name, shape, candidate.precision.kv_cache_dtype))
     engine.update(host_offload_fields(candidate.offload, role))
     payload: dict[str, Any] = {"tensor_parallel_size": shape.tp, "dp_size": shape.attention_dp, "engine": engine}
     if context.startup_time is not None:
@@ -131,16 +135,17 @@ def build_engine_args(candidate: Candidate, *, profile_dir: str | None = None,
         rc = candidate.parallel.roles[role]
         knobs = candidate.engines[role]
         blocks = kv_blocks_per_rank(context.model_name, context.hardware_sku, candidate.backend, rc.shape,
-                                    block_size=int(knobs.block_size),
+                                    precision=candidate.precision, block_size=int(knobs.block_size),
                                     max_num_batched_tokens=int(knobs.max_num_batched_tokens),
                                     max_num_seqs=int(knobs.max_num_seqs),
                                     memory_fraction=float(knobs.gpu_memory_utilization), nextn=context.aic_nextn)
         if blocks is None or blocks < 1:
             raise InfeasibleKVCapacityError(f"{role} shape {rc.shape.strategy}{rc.shape.gpus} "
                                             f"(tp={rc.shape.tp}, dp={rc.shape.attention_dp}) leaves no KV cache for "
-                                            f"{context.model_name} on {context.hardware_sku}")
+                                            f"{context.model_name} at {candidate.precision.label()} on "
+                                            f"{context.hardware_sku}")
         es = EngineShape.of(context.model_name, context.hardware_sku, candidate.backend, candidate.backend_version,
-                            rc.shape, nextn=context.aic_nextn)
+                            rc.shape, candidate.precision, nextn=context.aic_nextn)
         prof = str(profile_path(es, profile_dir))
         payload = role_payload(candidate, role, num_gpu_blocks=blocks, profile=prof)
         if validate:

@@ -24,6 +24,7 @@ from spica_core.run.fingerprint import fingerprint
 from spica_core.space.facts import aic_version, cache_dir, quiet_aic
 from spica_core.space.kv import kv_tokens_per_rank
 from spica_core.space.parallel import Shape
+from spica_core.space.precision import Precision
 
 PROFILE_SCHEMA = 2
 
@@ -56,9 +57,11 @@ class EngineShape:
 
     @classmethod
     def of(cls, model: str, system: str, backend: str, backend_version: str, shape: Shape,
-           nextn: int | None = None, **quant: str | None) -> EngineShape:
+           precision: Precision, nextn: int | None = None) -> EngineShape:
+        from spica_core.space.facts import model_facts
+
         return cls(model, system, backend, backend_version, shape.tp, shape.attention_dp, shape.moe_tp,
-                   shape.moe_ep, int(nextn or 0), **quant)
+                   shape.moe_ep, int(nextn or 0), **precision.quant_modes(model_facts(model).is_moe))
 
     def key(self) -> str:
         """The cache fingerprint: the shape, the table grid, the schema and the AIC version."""
@@ -68,8 +71,9 @@ class EngineShape:
 
     def file_stem(self) -> str:
         model = self.model.replace("/", "--")
+        quant = "-".join(str(m or "ckpt") for m in (self.gemm_quant_mode, self.kvcache_quant_mode))
         return (f"{model}_{self.system}_{self.backend}-{self.backend_version}_tp{self.tp}dp{self.attention_dp}"
-                f"mtp{self.moe_tp}mep{self.moe_ep}_{self.key()}")
+                f"mtp{self.moe_tp}mep{self.moe_ep}_{quant}_{self.key()}")
 
 
 # ---------------------------------------------------------------- building a table
@@ -224,11 +228,12 @@ class StepTimes:
 # ---------------------------------------------------------------- KV capacity
 
 
-def kv_blocks_per_rank(model: str, system: str, backend: str, shape: Shape, *, block_size: int,
+def kv_blocks_per_rank(model: str, system: str, backend: str, shape: Shape, *, precision: Precision, block_size: int,
                        max_num_batched_tokens: int, max_num_seqs: int, memory_fraction: float,
                        nextn: int | None = None) -> int | None:
     """num_gpu_blocks for one attention-DP rank from AIC's memory model; None = the shape has no KV budget."""
-    tokens = kv_tokens_per_rank(model, system, backend, shape, max_num_tokens=int(max_num_batched_tokens),
+    tokens = kv_tokens_per_rank(model, system, backend, shape, precision=precision,
+                                max_num_tokens=int(max_num_batched_tokens),
                                 max_batch_size=int(max_num_seqs), memory_fraction=float(memory_fraction),
                                 nextn=nextn)
     if tokens is None:

@@ -93,6 +93,7 @@ def role_kv_capacity_tokens(candidate: Candidate, role: str) -> int:
     if block <= 0:
         raise ValueError(f"{role}_block_size must be > 0")
     tokens = kv_tokens_per_rank(context.model_name, context.hardware_sku, candidate.backend, rc.shape,
+                                precision=candidate.precision,
                                 max_num_tokens=int(knobs.max_num_batched_tokens),
                                 max_batch_size=int(knobs.max_num_seqs),
                                 memory_fraction=float(knobs.gpu_memory_utilization), nextn=context.aic_nextn)

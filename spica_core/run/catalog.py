@@ -79,7 +79,8 @@ SHAPES_SCHEMA: Final = pa.schema([
     ("backend", pa.string()), ("backend_version", pa.string()), ("shape", pa.string()),
     ("tp", pa.int64()), ("attention_dp", pa.int64()), ("moe_tp", pa.int64()), ("moe_ep", pa.int64()),
     ("pp", pa.int64()), ("gpus", pa.int64()), ("strategy", pa.string()),
-    ("kv_tokens_per_rank", pa.int64()), ("max_seq_len", pa.int64()), ("feasible", pa.bool_()),
+    ("quantization", pa.string()), ("kv_cache_dtype", pa.string()), ("native_precision", pa.bool_()),
+    ("weight_bytes_per_gpu", pa.int64()), ("kv_tokens_per_rank", pa.int64()), ("max_seq_len", pa.int64()), ("feasible", pa.bool_()),
     ("reason", pa.string()),
 ])
 
@@ -131,7 +132,7 @@ _STAGES: Final = (
           "cannot run; the rows of a (mode, backend) pair are one BackendSpace, all rows one LegalSpace",
           ("search_config", "engines"), after=("config",)),
     Stage("shapes", "shapes.parquet", SHAPES_SCHEMA, "spica_core.space.kv.ShapeKV",
-          "the KV verdict of one distinct (backend, worker shape)",
+          "the KV verdict of one distinct (backend, precision, worker shape)",
           ("branches",), after=("branches",)),
     Stage("load_predictor", "load_predictor.parquet", LOAD_PREDICTOR_SCHEMA,
           "spica_core.predictors.LoadPredictorResult",

@@ -13,6 +13,7 @@ from spica_core.config.model import SmartSearchConfig
 from spica_core.config.trace import TraceSummary, check_trace
 from spica_core.errors import ConfigError, Issue
 from spica_core.space.kv import max_seq_len
+from spica_core.space.precision import check_quantization
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ def load_inputs(source: str | Path | SmartSearchConfig, seed: int | None = None,
         base = path.parent
         config = with_overrides(SmartSearchConfig.from_yaml(path), seed, cluster)
     space, workload = config.search_space, config.workload
+    check_quantization(config, str(path))
     longest = max_seq_len(space.model_name, space.context_length)
     trace_file = config.trace_file(base)
     if trace_file is not None:

@@ -1,7 +1,8 @@
-"""A branch's finite legal space: every (backend, legal parallel config, knob combination), by index.
+"""A branch's finite legal space: every (variant, legal parallel config, knob combination), by index.
 
-Every knob is a list and parallel configs come from a finite pool, so a branch's candidates can
-be numbered: the index is mixed-radix over (backend × config) pairs, then the knobs in
+A variant is a backend at a precision (``Variant``). Every knob is a list and parallel configs come
+from a finite pool, so a branch's candidates can be numbered: the index is mixed-radix over
+(variant × config) pairs, then the knobs in
 declaration order (the last one fastest), which is also the thorough policy's canonical order.
 The only continuous dimension, a ranged ``kv_load_ratio``, is searched on ``FLOAT_LEVELS``
 evenly spaced levels. Suggesters pick indices, so a suggestion is always a legal config the
@@ -16,7 +17,7 @@ from functools import cached_property
 from typing import Any
 
 from spica_core.search.trials import Trial
-from spica_core.space.branches import Branch
+from spica_core.space.branches import VARIANT_KNOBS, Branch, Variant
 from spica_core.space.params import Param
 from spica_core.space.parallel import ParallelConfig
 from spica_core.space.projection import ProjectionRecord, config_features, has_moe_shape, latent_params
@@ -56,11 +57,11 @@ class CandidateSpace:
 
     def __init__(self, branch: Branch):
         self.branch = branch
-        self.pairs: tuple[tuple[str, ParallelConfig], ...] = tuple(
-            (b, c) for b in branch.backends for c in branch.configs_for(b))
+        self.pairs: tuple[tuple[Variant, ParallelConfig], ...] = tuple(
+            (v, c) for v in branch.variants for c in branch.configs_on(v))
         knobs = branch.knob_params()
-        self.backend_param = next((p for p in knobs if p.name == "backend"), None)
-        self.knobs: tuple[Param, ...] = tuple(p for p in knobs if p.name != "backend")
+        self.variant_params: tuple[Param, ...] = tuple(p for p in knobs if p.name in VARIANT_KNOBS)
+        self.knobs: tuple[Param, ...] = tuple(p for p in knobs if p.name not in VARIANT_KNOBS)
         self.levels: tuple[tuple[Any, ...], ...] = tuple(_levels(p) for p in self.knobs)
         self.latent: tuple[Param, ...] = tuple(latent_params(branch))
         self.params: tuple[Param, ...] = self.latent + tuple(knobs)   # the study's dimensions (§7.3 order)
@@ -68,6 +69,7 @@ class CandidateSpace:
         self.combos = math.prod(len(v) for v in self.levels)
         self.size = len(self.pairs) * self.combos
         self._pair_index = {pair: i for i, pair in enumerate(self.pairs)}
+        self._variants = {tuple(_variant_names(v).values()): v for v in branch.variants}
         self._with_ffn = has_moe_shape(branch.pool)
 
     @property
@@ -89,13 +91,13 @@ class CandidateSpace:
     def raw(self, index: int) -> dict[str, Any]:
         """The study's parameters of a candidate: latent parallel features, backend, knob values."""
         pair, digits = self.digits(index)
-        backend, config = self.pairs[pair]
+        variant, config = self.pairs[pair]
         out: dict[str, Any] = {}
         if self.latent:
             features = self._features(config)
             out.update({p.name: features[p.name] for p in self.latent})
-        if self.backend_param is not None:
-            out["backend"] = backend
+        names = _variant_names(variant)
+        out.update({p.name: names[p.name] for p in self.variant_params})
         out.update({p.name: levels[d] for p, levels, d in zip(self.knobs, self.levels, digits)})
         return out
 
@@ -109,9 +111,9 @@ class CandidateSpace:
 
     def proposal(self, index: int, suggested_by: str = "enumerated") -> Proposal:
         pair, _ = self.digits(index)
-        backend, config = self.pairs[pair]
+        variant, config = self.pairs[pair]
         raw = self.raw(index)
-        selection: dict[str, Any] = {"deployment_mode": self.mode, "backend": backend}
+        selection: dict[str, Any] = {"deployment_mode": self.mode, **_variant_names(variant)}
         selection.update({p.name: p.decode(raw[p.name]) for p in self.knobs})
         selection.update({k: v for k, v in self.constants.items() if k not in selection})
         projection = None
@@ -122,8 +124,9 @@ class CandidateSpace:
 
     def index_of(self, trial: Trial) -> int | None:
         """The candidate a trial evaluated, or None when it is not in this space (e.g. another config)."""
-        backend = trial.selection.get("backend")
-        pair = self._pair_index.get((str(backend), trial.parallel))
+        sel = trial.selection
+        variant = self._variants.get((sel.get("backend"), sel.get("quantization"), sel.get("kv_cache_dtype")))
+        pair = self._pair_index.get((variant, trial.parallel)) if variant is not None else None
         if pair is None:
             return None
         index = pair
@@ -142,6 +145,11 @@ class CandidateSpace:
     def unseen(self, seen: set[int]) -> Iterator[int]:
         """Candidates not yet tried, in canonical order."""
         return (i for i in range(self.size) if i not in seen)
+
+
+def _variant_names(variant: Variant) -> dict[str, str]:
+    """A variant as the selection's knob values."""
+    return {"backend": variant.backend, **variant.precision.fields()}
 
 
 __all__ = ["CandidateSpace", "Proposal", "FLOAT_LEVELS"]

@@ -28,6 +28,7 @@ from spica_core.space.kv import ShapeKV, max_seq_len, no_viable_message, shape_k
 from spica_core.space.params import Param
 from spica_core.config.pruning import branch_knob_choices
 from spica_core.space.parallel import Mode, ParallelConfig, RoleConfig, Shape
+from spica_core.space.precision import Precision, precision_problem, precisions
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,7 @@ class BackendSpace:
     shapes: tuple[Shape, ...]                      # distinct worker shapes the configs use
     dropped_reason: str | None = None              # set when the pair cannot run at all
     pin_reasons: Mapping[ParallelConfig, str] = field(default_factory=dict)  # pins: "" = legal
+    precisions: tuple[Precision, ...] = ()         # the configured precisions this backend has perf data for
 
 
 def _pair_drop_reason(mode: str, backend: str, system: SystemFacts) -> str | None:
@@ -104,13 +106,38 @@ def _pair_drop_reason(mode: str, backend: str, system: SystemFacts) -> str | Non
 
 
 def _pinned_space(mode: Mode, backend: str, version: str | None, dropped: str | None,
-                 reasons: Mapping[ParallelConfig, str]) -> BackendSpace:
+                 reasons: Mapping[ParallelConfig, str], precs: tuple[Precision, ...]) -> BackendSpace:
     """A pinned (mode, backend): every pin with its rejection reason ("" = legal), in pin order."""
     legal = tuple(pc for pc, reason in reasons.items() if not reason)
     if dropped is None and not legal:
         dropped = NO_LEGAL_PIN_REASON
     shapes = tuple(sorted({s for pc in legal for s in pc.shapes}, key=lambda s: (s.gpus, s.sort_key())))
-    return BackendSpace(mode, backend, version, legal, shapes, dropped, reasons)
+    return BackendSpace(mode, backend, version, legal, shapes, dropped, reasons, precs)
+
+
+def config_precisions(config: SmartSearchConfig) -> tuple[Precision, ...]:
+    """The precisions the config asks for (the checkpoint's own when quantization is unset)."""
+    ss = config.search_space
+    return precisions(ss.model_name, ss.quantization, ss.kv_cache_dtype)
+
+
+def _runnable(config: SmartSearchConfig, backend: str, version: str | None, mode: str, system: SystemFacts
+              ) -> tuple[tuple[Precision, ...], str | None]:
+    """(the precisions this pair can run, why the pair cannot run at all or None)."""
+    dropped = _pair_drop_reason(mode, backend, system)
+    if dropped is not None or version is None:
+        return (), dropped
+    ss = config.search_space
+    kept: list[Precision] = []
+    problems: list[str] = []
+    for p in config_precisions(config):
+        problem = None if p.native else precision_problem(ss.model_name, ss.hardware_sku, backend, version,
+                                                          p.quantization)
+        if problem:
+            problems.append(f"quantization {p.quantization}: {problem}")
+        else:
+            kept.append(p)
+    return tuple(kept), (None if kept else "; ".join(dict.fromkeys(problems)))
 
 
 @dataclass(frozen=True)
@@ -160,11 +187,11 @@ class LegalSpace:
             for backend in ss.backend:
                 pair = by_pair[(mode, backend)]
                 version = pair[0]["backend_version"]
-                dropped = _pair_drop_reason(mode, backend, system)
+                precs, dropped = _runnable(config, backend, version, mode, system)
                 if pins:
                     reasons = {ParallelConfig.from_dict(mode, json.loads(r["parallel_config"])): r["reason"]  # type: ignore[arg-type]
                                for r in pair}
-                    spaces.append(_pinned_space(mode, backend, version, dropped, reasons))  # type: ignore[arg-type]
+                    spaces.append(_pinned_space(mode, backend, version, dropped, reasons, precs))  # type: ignore[arg-type]
                     continue
                 if dropped is not None:
                     spaces.append(BackendSpace(mode, backend, version, (), (), dropped))  # type: ignore[arg-type]
@@ -173,7 +200,7 @@ class LegalSpace:
                                 for r in pair if r["parallel_config"] is not None)
                 reason = None if configs else pair[0]["reason"]
                 shapes = tuple(worker_shapes(model.is_moe, ss.gpu_budget, backend))
-                spaces.append(BackendSpace(mode, backend, version, configs, shapes, reason))  # type: ignore[arg-type]
+                spaces.append(BackendSpace(mode, backend, version, configs, shapes, reason, {}, precs))  # type: ignore[arg-type]
         return cls(config, model, system, max_seq_len(ss.model_name, ss.context_length), pins, tuple(spaces))
 
 
@@ -192,11 +219,11 @@ def legal_space(config: SmartSearchConfig) -> LegalSpace:
     for mode in ss.deployment_mode:
         for backend in ss.backend:
             version = system.backend_versions.get(backend)
-            dropped = _pair_drop_reason(mode, backend, system)
+            precs, dropped = _runnable(config, backend, version, mode, system)
             if pins:
                 reasons = {pc: (dropped or config_rejection(pc, model.is_moe, backend, ss.gpu_budget,
                                                             ss.min_gpu_budget) or "") for pc in pins}
-                spaces.append(_pinned_space(mode, backend, version, dropped, reasons))  # type: ignore[arg-type]
+                spaces.append(_pinned_space(mode, backend, version, dropped, reasons, precs))  # type: ignore[arg-type]
                 continue
             if dropped is not None:
                 spaces.append(BackendSpace(mode, backend, version, (), (), dropped))  # type: ignore[arg-type]
@@ -206,7 +233,7 @@ def legal_space(config: SmartSearchConfig) -> LegalSpace:
             if not configs:
                 dropped = (f"no legal {mode} parallel config within gpu_budget {ss.gpu_budget}"
                            + (f" and min_gpu_budget {ss.min_gpu_budget}" if ss.min_gpu_budget else ""))
-            spaces.append(BackendSpace(mode, backend, version, tuple(configs), tuple(shapes_l), dropped))  # type: ignore[arg-type]
+            spaces.append(BackendSpace(mode, backend, version, tuple(configs), tuple(shapes_l), dropped, {}, precs))  # type: ignore[arg-type]
     space = LegalSpace(config, model, system, seq, pins, tuple(spaces))
     for pc in pins:
         if all(sp.pin_reasons.get(pc) for sp in space.spaces):
@@ -224,15 +251,30 @@ def _pin_error(pc: ParallelConfig, spaces: Sequence[BackendSpace], kv: Mapping[s
 # ---------------------------------------------------------------- stage 2: KV filter and branches
 
 
+@dataclass(frozen=True, order=True)
+class Variant:
+    """A backend at a precision: what a parallel config runs on (KV feasibility depends on both)."""
+
+    backend: str
+    precision: Precision
+
+    def label(self) -> str:
+        return f"{self.backend} {self.precision.label()}"
+
+
+# The knobs a Variant is made of: chosen together with the parallel config, never on their own.
+VARIANT_KNOBS: tuple[str, ...] = ("backend", "quantization", "kv_cache_dtype")
+
+
 @dataclass(frozen=True)
 class Branch:
     """One deployment mode's search space: what the study of that mode may try."""
 
     mode: Mode
     backends: tuple[str, ...]                                  # viable, in configured order
-    pool: tuple[ParallelConfig, ...]                           # union over backends, deterministic order
-    supported_backends: Mapping[ParallelConfig, tuple[str, ...]]
-    knob_choices: Mapping[str, list[Any]]                      # includes 'backend'; after §2.11 pruning
+    pool: tuple[ParallelConfig, ...]                           # union over variants, deterministic order
+    supported: Mapping[ParallelConfig, tuple[Variant, ...]]    # the variants each config is KV-feasible on
+    knob_choices: Mapping[str, list[Any]]                      # includes the VARIANT_KNOBS; after §2.11 pruning
     float_ranges: Mapping[str, tuple[float, float]]            # ranged kv_load_ratio
     gpu_budget: int
     pinned: bool = False
@@ -242,9 +284,29 @@ class Branch:
         """One config: no parallel dimensions and no projection (§2.13)."""
         return len(self.pool) == 1
 
+    @property
+    def supported_backends(self) -> dict[ParallelConfig, tuple[str, ...]]:
+        """The backends each config runs on at some precision."""
+        return {c: tuple(dict.fromkeys(v.backend for v in vs)) for c, vs in self.supported.items()}
+
+    @property
+    def variants(self) -> tuple[Variant, ...]:
+        """Every (backend, precision) some config runs on, backend-major in configured order."""
+        present = {v for vs in self.supported.values() for v in vs}
+        return tuple(sorted(present, key=lambda v: (self.backends.index(v.backend),
+                                                    self.knob_choices["quantization"].index(v.precision.quantization),
+                                                    self.knob_choices["kv_cache_dtype"].index(v.precision.kv_cache_dtype))))
+
+    def runs(self, variant: Variant, config: ParallelConfig) -> bool:
+        return variant in self.supported.get(config, ())
+
     def configs_for(self, backend: str) -> tuple[ParallelConfig, ...]:
-        """The configs a backend can run, in pool order."""
-        return tuple(c for c in self.pool if backend in self.supported_backends[c])
+        """The configs a backend can run (at some precision), in pool order."""
+        return tuple(c for c in self.pool if any(v.backend == backend for v in self.supported[c]))
+
+    def configs_on(self, variant: Variant) -> tuple[ParallelConfig, ...]:
+        """The configs a variant can run, in pool order."""
+        return tuple(c for c in self.pool if variant in self.supported[c])
 
     def knob_params(self) -> list[Param]:
         """§7.3 rows for the knobs: one Param per knob with more than one distinct choice."""
@@ -252,12 +314,13 @@ class Branch:
         for name, choices in self.knob_choices.items():
             if len(choices) <= 1:
                 continue
-            if name in COMPOSITE_PRESETS and any(isinstance(c, dict) for c in choices):
+            if name in VARIANT_KNOBS:
+                params.append(Param(name, "categorical", tuple(choices), default=choices[0]))
+            elif name in COMPOSITE_PRESETS and any(isinstance(c, dict) for c in choices):
                 params.append(Param(name, "categorical", tuple(str(i) for i in range(len(choices))),
                                     entries=tuple(choices)))
             elif all(isinstance(c, str) for c in choices):
-                params.append(Param(name, "categorical", tuple(choices),
-                                    default=choices[0] if name == "backend" else None))
+                params.append(Param(name, "categorical", tuple(choices)))
             else:
                 params.append(Param(name, "discrete", tuple(sorted(float(c) for c in choices)),
                                     is_int=name in INT_KNOBS))
@@ -274,7 +337,9 @@ class Branch:
         out: dict[str, Any] = {}
         for b in self.backends:
             cfgs = self.configs_for(b)
-            out[b] = {"num_configs": len(cfgs), "strategies": strategies(cfgs), "engine_sizes": engine_sizes(cfgs)}
+            precs = [v.precision.label() for v in self.variants if v.backend == b]
+            out[b] = {"num_configs": len(cfgs), "strategies": strategies(cfgs), "engine_sizes": engine_sizes(cfgs),
+                      "precisions": precs}
         return out
 
 
@@ -310,32 +375,36 @@ class BranchSet:
         return [r.row() for r in self.shape_records]
 
 
-def estimate_shapes(space: LegalSpace) -> dict[tuple[str, Shape], ShapeKV]:
-    """§2.12 step 8 for every distinct (backend, shape) of a runnable (mode, backend) pair."""
+ShapeKey = tuple[str, Precision, Shape]   # (backend, precision, worker shape)
+
+
+def estimate_shapes(space: LegalSpace) -> dict[ShapeKey, ShapeKV]:
+    """§2.12 step 8 for every distinct (backend, precision, shape) of a runnable (mode, backend) pair."""
     ss = space.config.search_space
-    records: dict[tuple[str, Shape], ShapeKV] = {}
+    records: dict[ShapeKey, ShapeKV] = {}
     for sp in space.spaces:
         if sp.dropped_reason is not None:
             continue
-        for shape in sp.shapes:
-            if (sp.backend, shape) not in records:
-                records[(sp.backend, shape)] = shape_kv(ss.model_name, ss.hardware_sku, sp.backend, shape,
-                                                        space.max_seq_len)
+        for precision in sp.precisions:
+            for shape in sp.shapes:
+                if (sp.backend, precision, shape) not in records:
+                    records[(sp.backend, precision, shape)] = shape_kv(ss.model_name, ss.hardware_sku, sp.backend,
+                                                                       shape, space.max_seq_len, precision)
     return records
 
 
-def ordered_records(records: Mapping[tuple[str, Shape], ShapeKV], backend_order: Sequence[str]) -> list[ShapeKV]:
-    """Records in a stable order: configured backend order, then engine size, then shape key."""
+def ordered_records(records: Mapping[ShapeKey, ShapeKV], backend_order: Sequence[str]) -> list[ShapeKV]:
+    """Records in a stable order: configured backend order, then engine size, shape key and precision."""
     return sorted(records.values(),
-                  key=lambda r: (list(backend_order).index(r.backend), r.shape.gpus, r.shape.sort_key()))
+                  key=lambda r: (list(backend_order).index(r.backend), r.shape.gpus, r.shape.sort_key(), r.precision))
 
 
-def records_from_rows(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, Shape], ShapeKV]:
+def records_from_rows(rows: Sequence[Mapping[str, Any]]) -> dict[ShapeKey, ShapeKV]:
     """The KV records ``shapes.parquet`` holds, keyed like :func:`estimate_shapes`."""
-    return {(r.backend, r.shape): r for r in map(ShapeKV.from_row, rows)}
+    return {(r.backend, r.precision, r.shape): r for r in map(ShapeKV.from_row, rows)}
 
 
-def kv_filter(space: LegalSpace, records: Mapping[tuple[str, Shape], ShapeKV] | None = None) -> BranchSet:
+def kv_filter(space: LegalSpace, records: Mapping[ShapeKey, ShapeKV] | None = None) -> BranchSet:
     """Stage 2: KV-filter every legal config, drop empty backends and modes, build the branches.
 
     ``records`` (from :func:`estimate_shapes`, or read back with :func:`records_from_rows`) may be passed
@@ -347,37 +416,39 @@ def kv_filter(space: LegalSpace, records: Mapping[tuple[str, Shape], ShapeKV] | 
     if records is None:
         records = estimate_shapes(space)
 
-    def verdict(backend: str, shape: Shape) -> ShapeKV:
-        return records[(backend, shape)]  # type: ignore[index]
-
     dropped: list[Dropped] = []
     warnings: list[str] = []
     branches: list[Branch] = []
     pin_kv_reasons: dict[ParallelConfig, dict[str, str]] = {pc: {} for pc in space.pins}
     for mode in ss.deployment_mode:
-        per_backend: dict[str, list[ParallelConfig]] = {}
+        per_backend: dict[str, dict[ParallelConfig, list[Variant]]] = {}
         for sp in (s for s in space.spaces if s.mode == mode):
             if sp.dropped_reason is not None:
                 dropped.append(Dropped(mode, sp.backend, sp.dropped_reason))
                 continue
-            kv = {s: verdict(sp.backend, s) for s in sp.shapes}
-            kept: list[ParallelConfig] = []
-            for pc in sp.configs:
-                bad = [(role, kv[rc.shape]) for role, rc in pc.roles.items() if not kv[rc.shape].feasible]
-                if not bad:
-                    kept.append(pc)
-                elif pc in pin_kv_reasons:
-                    pin_kv_reasons[pc][sp.backend] = "; ".join(
-                        f"{role} {r.shape.strategy.upper()}{r.shape.gpus} not KV-feasible ({r.reason})" for role, r in bad)
+            kept: dict[ParallelConfig, list[Variant]] = {}
+            for precision in sp.precisions:
+                kv = {s: records[(sp.backend, precision, s)] for s in sp.shapes}
+                tag = f" at {precision.label()}" if len(sp.precisions) > 1 else ""
+                for pc in sp.configs:
+                    bad = [(role, kv[rc.shape]) for role, rc in pc.roles.items() if not kv[rc.shape].feasible]
+                    if not bad:
+                        kept.setdefault(pc, []).append(Variant(sp.backend, precision))
+                    elif pc in pin_kv_reasons:
+                        why = "; ".join(f"{role} {r.shape.strategy.upper()}{r.shape.gpus} not KV-feasible{tag} "
+                                        f"({r.reason})" for role, r in bad)
+                        pin_kv_reasons[pc][sp.backend] = "; ".join(filter(None, (pin_kv_reasons[pc].get(sp.backend),
+                                                                                 why)))
             if not kept:
                 if space.pins:
                     reason = "no pinned parallel config is KV-feasible for this backend"
                 else:
+                    shapes = [records[(sp.backend, p, s)] for p in sp.precisions for s in sp.shapes]
                     reason = no_viable_message(ss.model_name, ss.hardware_sku, ss.gpu_budget, mode, sp.backend,
-                                               list(kv.values()), ss.min_gpu_budget)
+                                               shapes, ss.min_gpu_budget)
                 dropped.append(Dropped(mode, sp.backend, reason))
                 continue
-            per_backend[sp.backend] = kept
+            per_backend[sp.backend] = {pc: kept[pc] for pc in sp.configs if pc in kept}
         viable = [b for b in ss.backend if b in per_backend]
         if not viable:
             why = "; ".join(f"{d.backend}: {d.reason}" for d in dropped if d.mode == mode)
@@ -387,14 +458,17 @@ def kv_filter(space: LegalSpace, records: Mapping[tuple[str, Shape], ShapeKV] | 
             dropped.append(Dropped(mode, None, "no viable backend"))
             continue
         pool = sort_configs(c for b in viable for c in per_backend[b])
-        members = {b: set(per_backend[b]) for b in viable}
-        supported = {c: tuple(b for b in viable if c in members[b]) for c in pool}
+        supported = {c: tuple(v for b in viable for v in per_backend[b].get(c, ())) for c in pool}
         knobs, ranges = branch_knob_choices(config, mode, viable)
+        present = sorted({v.precision for vs in supported.values() for v in vs}, key=config_precisions(config).index)
+        knobs = {"backend": knobs.pop("backend"),
+                 "quantization": list(dict.fromkeys(p.quantization for p in present)),
+                 "kv_cache_dtype": list(dict.fromkeys(p.kv_cache_dtype for p in present)), **knobs}
         branches.append(Branch(mode, tuple(viable), tuple(pool), supported, knobs, ranges,  # type: ignore[arg-type]
                                ss.gpu_budget, pinned=bool(space.pins)))
 
     for pc in space.pins:
-        legal_somewhere = any(pc in b.supported_backends for b in branches)
+        legal_somewhere = any(pc in b.supported for b in branches)
         if not legal_somewhere:
             raise NoViableParallelConfigError(_pin_error(pc, space.spaces, pin_kv_reasons[pc]))
     if not branches:
@@ -412,7 +486,7 @@ def enumerate_branches(config: SmartSearchConfig) -> BranchSet:
 
 
 __all__ = [
-    "Branch", "BranchSet", "BackendSpace", "LegalSpace", "Dropped", "legal_space", "kv_filter", "estimate_shapes",
+    "Branch", "BranchSet", "BackendSpace", "Variant", "VARIANT_KNOBS", "ShapeKey", "config_precisions", "LegalSpace", "Dropped", "legal_space", "kv_filter", "estimate_shapes",
     "ordered_records", "records_from_rows",
     "enumerate_branches", "pinned_configs", "config_json", "config_strategy",
     "engine_sizes", "TRTLLM_DISAGG_REASON", "NO_LEGAL_PIN_REASON",

@@ -63,8 +63,10 @@ class ModelFacts:
     architecture: str
     weight_bytes: int          # the whole checkpoint as AIC models it (quantised), on one GPU at tp=1
     max_context: int           # max_position_embeddings
-    kv_bytes_per_token: int    # at tp=1 with the default KV dtype
+    kv_bytes_per_token: int    # at tp=1 with a bf16 KV cache (an fp8 cache holds half)
     is_mla: bool               # latent KV (DeepSeek/Kimi/GLM-5): replicated, not sharded, across TP ranks
+    gemm_quant_mode: str = "bfloat16"  # the checkpoint's own quant modes, as AIC infers them
+    moe_quant_mode: str = "bfloat16"
 
 
 def bundled_models() -> list[str]:
@@ -115,10 +117,11 @@ def model_facts(model_name: str) -> ModelFacts:
     for backend in _AIC_BACKENDS:
         try:
             mc = build_model_config(tp_size=1, pp_size=1, attention_dp_size=1, moe_tp_size=1, moe_ep_size=1,
-                                    kvcache_quant_mode=None)
+                                    kvcache_quant_mode="bfloat16")
             model = get_model(model_name, mc, backend)
             weights = sum(op.get_weights() for op in model.context_ops)
             kv = model.get_kvcache_bytes_per_sequence(1)
+            gemm, moe = model.config.gemm_quant_mode.name, model.config.moe_quant_mode.name
             break
         except Exception as exc:  # a backend may not model this family; try the next
             last_error = exc
@@ -133,6 +136,8 @@ def model_facts(model_name: str) -> ModelFacts:
         max_context=int(parsed["context"]),
         kv_bytes_per_token=int(kv),
         is_mla=bool(kv_lora),
+        gemm_quant_mode=str(gemm),
+        moe_quant_mode=str(moe),
     )
 
 

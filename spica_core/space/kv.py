@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from spica_core.space.facts import backend_version, model_facts
 from spica_core.space.parallel import Shape
+from spica_core.space.precision import Precision
 
 # §2.12 step 8: the fixed reservations of the feasibility filter.
 FILTER_MAX_NUM_TOKENS = 8192
@@ -30,13 +31,13 @@ def memory_fraction_kind(backend: str) -> str:
     return "of_free" if backend == "trtllm" else "of_total"
 
 
-@lru_cache(maxsize=None)
 def kv_estimate(
     model_name: str,
     sku: str,
     backend: str,
     shape: Shape,
     *,
+    precision: Precision,
     max_num_tokens: int = FILTER_MAX_NUM_TOKENS,
     max_batch_size: int = FILTER_MAX_BATCH_SIZE,
     memory_fraction: float = FILTER_MEMORY_FRACTION,
@@ -47,6 +48,14 @@ def kv_estimate(
     None only for the :data:`KV_SHAPE_ERRORS`; anything else (a bug, a missing model) propagates,
     and no perf DB raises NoPerfDatabaseError. Cached per argument tuple.
     """
+    return _estimate(model_name, sku, backend, shape, precision=precision, max_num_tokens=max_num_tokens,
+                     max_batch_size=max_batch_size, memory_fraction=memory_fraction, nextn=nextn)[:2]
+
+
+@lru_cache(maxsize=None)
+def _estimate(model_name: str, sku: str, backend: str, shape: Shape, *, precision: Precision, max_num_tokens: int,
+              max_batch_size: int, memory_fraction: float, nextn: int | None) -> tuple[int | None, str, int | None]:
+    """(KV tokens, reason, weight bytes per GPU) from AIC's memory model."""
     from aiconfigurator_core.sdk.memory import estimate_kv_cache
 
     version = backend_version(sku, backend)
@@ -64,15 +73,17 @@ def kv_estimate(
             moe_ep_size=shape.moe_ep,
             nextn=int(nextn or 0),
             allow_naive_fallback=False,
+            **precision.quant_modes(model_facts(model_name).is_moe),
         )
     except ValueError as exc:
         text = str(exc)
         for marker in KV_SHAPE_ERRORS:
             at = text.find(marker)
             if at >= 0:
-                return None, text[at:].strip()
+                return None, text[at:].strip(), None
         raise
-    return int(result["total_kv_size_tokens"]), ""
+    weights = (result.get("memory_breakdown") or {}).get("weights_bytes")
+    return int(result["total_kv_size_tokens"]), "", int(weights) if weights is not None else None
 
 
 def kv_tokens_per_rank(model_name: str, sku: str, backend: str, shape: Shape, **reservations: Any) -> int | None:
@@ -85,7 +96,7 @@ def kv_tokens_per_rank(model_name: str, sku: str, backend: str, shape: Shape, **
 
 @dataclass(frozen=True)
 class ShapeKV:
-    """One shape's KV verdict for one backend (a row of ``shapes.parquet``)."""
+    """One shape's KV verdict for one backend and precision (a row of ``shapes.parquet``)."""
 
     backend: str
     backend_version: str
@@ -94,6 +105,8 @@ class ShapeKV:
     max_seq_len: int
     feasible: bool
     reason: str
+    precision: Precision
+    weight_bytes_per_gpu: int | None = None
 
     def row(self) -> dict[str, Any]:
         s = self.shape
@@ -101,6 +114,8 @@ class ShapeKV:
             "backend": self.backend, "backend_version": self.backend_version,
             "shape": f"{s.strategy.upper()}{s.gpus}", "tp": s.tp, "attention_dp": s.attention_dp,
             "moe_tp": s.moe_tp, "moe_ep": s.moe_ep, "pp": s.pp, "gpus": s.gpus, "strategy": s.strategy,
+            "quantization": self.precision.quantization, "kv_cache_dtype": self.precision.kv_cache_dtype,
+            "native_precision": self.precision.native, "weight_bytes_per_gpu": self.weight_bytes_per_gpu,
             "kv_tokens_per_rank": self.kv_tokens_per_rank, "max_seq_len": self.max_seq_len,
             "feasible": self.feasible, "reason": self.reason,
         }
@@ -108,8 +123,10 @@ class ShapeKV:
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> ShapeKV:
         shape = Shape(int(row["tp"]), int(row["attention_dp"]), int(row["moe_tp"]), int(row["moe_ep"]), int(row["pp"]))
+        precision = Precision(row["quantization"], row["kv_cache_dtype"], bool(row["native_precision"]))
+        weights = row["weight_bytes_per_gpu"]
         return cls(row["backend"], row["backend_version"], shape, row["kv_tokens_per_rank"], int(row["max_seq_len"]),
-                   bool(row["feasible"]), row["reason"])
+                   bool(row["feasible"]), row["reason"], precision, None if weights is None else int(weights))
 
 
 def max_seq_len(model_name: str, context_length: int | None) -> int:
@@ -117,11 +134,12 @@ def max_seq_len(model_name: str, context_length: int | None) -> int:
     return int(context_length) if context_length is not None else model_facts(model_name).max_context
 
 
-def shape_kv(model_name: str, sku: str, backend: str, shape: Shape, seq_len: int) -> ShapeKV:
-    """Estimate one shape and say why it is (not) kept. NoPerfDatabaseError propagates."""
+def shape_kv(model_name: str, sku: str, backend: str, shape: Shape, seq_len: int, precision: Precision) -> ShapeKV:
+    """Estimate one shape at one precision and say why it is (not) kept. NoPerfDatabaseError propagates."""
     version = backend_version(sku, backend)
-    tokens, error = kv_estimate(model_name, sku, backend, shape, max_num_tokens=FILTER_MAX_NUM_TOKENS,
-                                max_batch_size=FILTER_MAX_BATCH_SIZE, memory_fraction=FILTER_MEMORY_FRACTION)
+    tokens, error, weights = _estimate(model_name, sku, backend, shape, precision=precision,
+                                       max_num_tokens=FILTER_MAX_NUM_TOKENS, max_batch_size=FILTER_MAX_BATCH_SIZE,
+                                       memory_fraction=FILTER_MEMORY_FRACTION, nextn=None)
     if tokens is None:
         reason = error
         ok = False
@@ -130,7 +148,7 @@ def shape_kv(model_name: str, sku: str, backend: str, shape: Shape, seq_len: int
     else:
         reason = f"KV holds {tokens} tokens per rank, not more than max_seq_len {seq_len}"
         ok = False
-    return ShapeKV(backend, version, shape, tokens, seq_len, ok, reason)
+    return ShapeKV(backend, version, shape, tokens, seq_len, ok, reason, precision, weights)
 
 
 def no_viable_message(model_name: str, sku: str, gpu_budget: int, mode: str, backend: str,
