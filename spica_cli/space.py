@@ -47,7 +47,9 @@ def _branch_doc(branch: Branch, bs: BranchSet) -> dict[str, Any]:
                            "default": p.default} for p in latent_params(branch)],
         "knobs": {k: list(v) for k, v in branch.knob_choices.items()},
         "float_ranges": {k: list(v) for k, v in branch.float_ranges.items()},
-        "configs": [config_entry(c, branch.supported_backends[c]) for c in branch.pool],
+        "configs": [{**config_entry(c, branch.supported_backends[c]),
+                     "variants": [{"backend": v.backend, **v.precision.fields()} for v in branch.supported[c]]}
+                    for c in branch.pool],
     }
 
 
@@ -131,7 +133,10 @@ def render_text(doc: dict[str, Any]) -> str:
                 verdict = f"{r['kv_tokens_per_rank']:,} ok"
             else:
                 verdict = f"{r['kv_tokens_per_rank']:,} dropped (not more than max_seq_len)"
-            by_backend.setdefault(r["backend"], []).append(f"{shape} {verdict}")
+            weights = r["weight_bytes_per_gpu"]
+            memory = f", weights {weights / 2**30:.1f} GiB/GPU" if weights is not None else ""
+            by_backend.setdefault(f"{r['backend']} {r['quantization']}, kv {r['kv_cache_dtype']}", []).append(
+                f"{shape} {verdict}{memory}")
         for b, items in by_backend.items():
             lines.append(f"  {b}:")
             lines.extend(f"    {item}" for item in items)

@@ -476,6 +476,34 @@ def _check_shape(ctx: _Context, role: str, shape: Shape) -> None:
 # -- vLLM
 
 
+# -- precision: each engine's own flags; FP8 is the only precision the engines quantize to at load time
+
+
+ONLINE_FP8 = ("fp8", "fp8_block", "fp8_static")
+KV_DTYPE_FLAGS = {"vllm": "fp8", "sglang": "fp8_e4m3"}   # --kv-cache-dtype values of an fp8 KV cache
+
+
+def _precision_args(ctx: _Context, backend: str) -> list[str]:
+    """vLLM/SGLang ``--quantization`` (a bf16 checkpoint quantized at load) and ``--kv-cache-dtype``."""
+    p = ctx.candidate.precision
+    args: list[str] = []
+    if not p.native:
+        args += ["--quantization", "fp8"]
+        if p.quantization not in ONLINE_FP8:
+            _note_checkpoint(ctx, backend)
+    if p.kv_cache_dtype == "fp8":
+        args += ["--kv-cache-dtype", KV_DTYPE_FLAGS[backend]]
+    return args
+
+
+def _note_checkpoint(ctx: _Context, backend: str) -> None:
+    p = ctx.candidate.precision
+    note = (f"quantization {p.quantization}: {backend} does not quantize to it at load time; point the model at a "
+            f"{p.quantization} checkpoint of {ctx.candidate.context.model_name}")
+    if note not in ctx.notes:
+        ctx.notes.append(note)
+
+
 def _vllm_args(ctx: _Context, role: str, shape: Shape, knobs: EngineKnobs) -> list[str]:
     model = ctx.candidate.context.model_name
     args = ["--model", model, "--served-model-name", model, "--tensor-parallel-size", str(shape.tp)]
@@ -488,6 +516,7 @@ def _vllm_args(ctx: _Context, role: str, shape: Shape, knobs: EngineKnobs) -> li
     args += ["--max-num-seqs", str(knobs.max_num_seqs), "--max-num-batched-tokens", str(knobs.max_num_batched_tokens),
              "--block-size", str(knobs.block_size), "--gpu-memory-utilization", _num(knobs.gpu_memory_utilization),
              "--enable-prefix-caching" if knobs.enable_prefix_caching else "--no-enable-prefix-caching"]
+    args += _precision_args(ctx, "vllm")
     args += _context_args(ctx, "--max-model-len")
     nextn = ctx.candidate.context.aic_nextn
     if nextn:
@@ -524,6 +553,7 @@ def _sglang_args(ctx: _Context, role: str, shape: Shape, knobs: EngineKnobs) -> 
              "--page-size", str(knobs.block_size), "--mem-fraction-static", _num(knobs.gpu_memory_utilization)]
     if not knobs.enable_prefix_caching:
         args += ["--disable-radix-cache"]
+    args += _precision_args(ctx, "sglang")
     args += _context_args(ctx, "--context-length")
     nextn = ctx.candidate.context.aic_nextn
     if nextn:
@@ -568,6 +598,10 @@ def _trtllm_args(ctx: _Context, role: str, shape: Shape, knobs: EngineKnobs) -> 
         args += ["--connector", "kvbm"]
     cache: dict[str, Any] = {"free_gpu_memory_fraction": knobs.gpu_memory_utilization,
                              "tokens_per_block": knobs.block_size, "enable_block_reuse": knobs.enable_prefix_caching}
+    if c.precision.kv_cache_dtype == "fp8":
+        cache["dtype"] = "fp8"
+    if not c.precision.native:  # TRT-LLM loads pre-quantized (ModelOpt) checkpoints only
+        _note_checkpoint(ctx, "trtllm")
     if ctx.offloads(role):
         cache["enable_partial_reuse"] = False
     override: dict[str, Any] = {"enable_chunked_prefill": True, "disable_overlap_scheduler": role == "prefill",
@@ -650,7 +684,9 @@ def _annotations(ctx: _Context, rank: int | None, extra: Mapping[str, Any]) -> d
     own: dict[str, str] = {}
     if rank is not None:
         own["rank"] = str(rank)
-    own.update({"mode": c.mode, "backend": c.backend, "parallel": c.parallel.label(), "used-gpus": str(c.used_gpus),
+    own.update({"mode": c.mode, "backend": c.backend, "parallel": c.parallel.label(),
+                "quantization": c.precision.quantization, "kv-cache-dtype": c.precision.kv_cache_dtype,
+                "used-gpus": str(c.used_gpus),
                 "gpu-budget": str(c.context.gpu_budget), "model": c.context.model_name,
                 "hardware-sku": c.context.hardware_sku})
     if c.backend_version is not None:
