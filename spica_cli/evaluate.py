@@ -111,8 +111,14 @@ def render_text(outcome: Any, goal: Any) -> str:
         for label, key, unit in HEADLINE_ROWS:
             if key in head:
                 lines.append(f"  {label:<20} {_fmt(head[key]):>14} {unit}")
+        for key, label in (("ttft_ms", "TTFT"), ("itl_ms", "ITL")):
+            band = outcome.bands.get(key)
+            if band is not None:
+                lines.append(f"  {label + ' on measured GPUs':<20} {_fmt(band.p10):>6} – {_fmt(band.p90)} ms "
+                             f"(p10–p90 of {band.rows} rows, {band.group})")
+        confidence = f", SLA held at confidence {goal.sla_confidence}" if goal.sla and goal.sla_confidence > 0.5 else ""
         lines.append(f"goal: {goal.target.value}"
-                     + (f" (sla {goal.sla.model_dump(exclude_none=True)})" if goal.sla else ""))
+                     + (f" (sla {goal.sla.model_dump(exclude_none=True)}{confidence})" if goal.sla else ""))
         lines.append(f"score: {_fmt(outcome.score)}")
         if outcome.objectives:
             lines.append("objectives: " + ", ".join(f"{k}={_fmt(v)}" for k, v in outcome.objectives.items()))
@@ -127,6 +133,7 @@ def render_json(outcome: Any, goal: Any) -> str:
 
     body = {"status": outcome.status.value, "reason": outcome.reason, "sample": outcome.candidate.to_sample(),
             "metrics": headline(outcome.report) if outcome.feasible else {},
+            "bands": {k: b.to_dict() for k, b in outcome.bands.items()},
             "score": outcome.score, "objectives": outcome.objectives, "goal": goal.model_dump(mode="json"),
             "planner": {k: v for k, v in outcome.planner.items() if k != "decisions"} if outcome.planner else None,
             "timings": outcome.timings}

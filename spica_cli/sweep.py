@@ -43,7 +43,7 @@ def candidate_table(ranking: Sequence[Ranked], pareto: bool, objectives: Sequenc
                  for r in ranking]
     else:
         lines.append(f"Top {min(TOP, len(ranking))} of {len(ranking)} candidate(s) (score: higher is better)")
-        header = ["#", "score", "mode", "backend", "parallel", "GPUs", "seqs/tokens router planner", "tok/s",
+        header = ["#", "score", "mode", "backend", "parallel", "GPUs", "precision seqs/tokens router planner", "tok/s",
                   "TTFT ms", "TPOT ms"]
         table = []
         for r in ranking[:TOP]:

@@ -102,6 +102,10 @@ class TraceError(SpicaError):
     """The trace file breaks the mooncake format or the model's limits; names the file, line and field."""
 
 
+class BandFileError(SpicaError):
+    """The error-band file (spica_core/evaluate/data/bands.json, or SPICA_BANDS_FILE) is missing or corrupt."""
+
+
 class ManifestError(SpicaError):
     """A candidate cannot be expressed as a DynamoGraphDeployment; lists every field that cannot."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from prefect.artifacts import create_link_artifact, create_markdown_artifact
 
 from spica_core.emit import EmitOptions, Emitted, emit_outputs, load_records, provenance_of, records_of
+from spica_core.emit.confidence import confidence_check
 from spica_core.run.catalog import CATALOG
 from spica_core.run.fingerprint import file_fingerprint
 from spica_core.search import RankedCandidate, Tally, Trial
@@ -27,7 +28,8 @@ def emit_task(run: ValidatedRun, ranking: list[RankedCandidate], trials: list[Tr
         records = records_of(ranking, tally, provenance)
         rd.write("candidates", [r.to_row() for r in records], inputs)
         emitted = emit_outputs(rd, records, options, config=run.search_config, trials=trials, tally=tally,
-                               provenance=provenance, trace_file=run.trace_file)
+                               provenance=provenance, trace_file=run.trace_file,
+                               confidence=confidence_check(records, run.search_config, run.trace_file))
     if in_flow_run() and emitted.report is not None:
         run_id = run.identity.run_id
         create_markdown_artifact(key=artifact_key(run_id, "report"), markdown=emitted.report.markdown.read_text(),

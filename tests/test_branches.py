@@ -336,7 +336,8 @@ def test_space_json_lists_every_config(tmp_path: Any, capsys: Any) -> None:
     dtp8 = [c for c in modes["agg"]["configs"] if c["strategy"] == "dtp" and c["gpus_per_worker"] == 8]
     assert {c["replicas"] for c in dtp8} == {1, 2, 3, 4} and all(c["backends"] == ["trtllm"] for c in dtp8)
     one = modes["disagg"]["configs"][0]
-    assert set(one) == {"prefill", "decode", "strategy", "used_gpus", "backends"}
+    assert set(one) == {"prefill", "decode", "strategy", "used_gpus", "backends", "variants"}
+    assert {v["kv_cache_dtype"] for v in one["variants"]} == {"fp8"}
     assert set(one["prefill"]) == {"tp", "attention_dp", "moe_tp", "moe_ep", "pp", "replicas", "strategy",
                                    "gpus_per_worker"}
     assert doc["dropped"] == [{"mode": "disagg", "backend": "trtllm", "reason": TRTLLM_DISAGG_REASON}]

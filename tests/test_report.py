@@ -209,9 +209,9 @@ def test_scalar_report_ranked_table_and_manifest_links() -> None:
     text = render_markdown(scalar_inputs(), {})
     results = section(text, "Results")
     assert "3 ranked candidates from 3 feasible evaluation(s); 2 emitted as manifests." in results
-    assert ("| 1 | disagg | vllm | 1×TP1 + 1×TP2 | tp+tp | 3 | 1,800 tok/s | 2,400 tok/s | 100 ms | 10.0 ms | "
+    assert ("| 1 | disagg | vllm | bf16 | 1×TP1 + 1×TP2 | tp+tp | 3 | 1,800 tok/s | 2,400 tok/s | 100 ms | 10.0 ms | "
             "[manifests/rank-1.yaml](manifests/rank-1.yaml) |") in results
-    assert "| 3 | agg | vllm | 1×TP1 | tp | 1 | 900 tok/s | 1,000 tok/s | 90.0 ms | — |  |" in results
+    assert "| 3 | agg | vllm | bf16 | 1×TP1 | tp | 1 | 900 tok/s | 1,000 tok/s | 90.0 ms | — |  |" in results
     files = section(text, "Files")
     assert ("- candidates: [candidates.parquet](candidates.parquet), [candidates.json](candidates.json), "
             "[candidates.csv](candidates.csv)") in files
@@ -336,7 +336,7 @@ def test_pareto_report_on_a_trace_workload(tmp_path: Path) -> None:
     assert "![requests per second over time](report/trace_rate.png)" in work
     results = section(text, "Results")
     assert "3 points of the Pareto front from 4 feasible evaluation(s); 2 emitted as manifests." in results
-    assert "| 2 | agg | vllm | 1×TP2 | tp | 2 | 900 tok/s/GPU | 70.0 tok/s/user |" in results
+    assert "| 2 | agg | vllm | bf16 | 1×TP2 | tp | 2 | 900 tok/s/GPU | 70.0 tok/s/user |" in results
     winner = section(text, "The winner and why")
     assert "A Pareto front has no single winner" in winner
     assert ("rank 1 is better on throughput_per_gpu and worse on throughput_per_user") in winner
@@ -380,3 +380,22 @@ def test_no_feasible_candidate_still_renders_with_the_reasons(tmp_path: Path) ->
     assert "- manifests: none written" in text
     assert "| over budget | infeasible | 2 |" in text
     assert "No feasible candidate" in files.html.read_text()
+
+
+def test_the_report_shows_each_latency_with_its_band_and_the_confidence_check() -> None:
+    from dataclasses import replace
+
+    from spica_core.emit.confidence import ConfidenceCheck
+    from spica_core.evaluate.bands import Band
+
+    base = scalar_inputs()
+    first = replace(base.records[0], bands={"ttft_ms": Band(80.0, 95.0, 130.0, 60, "all"),
+                                            "itl_ms": Band(9.0, 10.5, 12.0, 60, "all")})
+    inputs = replace(base, records=(first, *base.records[1:]),
+                     confidence=ConfidenceCheck(0.9, {1: 10.0, 2: 20.0, 3: None}))
+    text = render_markdown(inputs, {})
+    results = section(text, "Results")
+    assert "| 100 ms (80.0–130 on measured GPUs, 60 rows) | 10.0 ms (9.00–12.0 on measured GPUs, 60 rows) |" in results
+    goal = section(text, "Goal and SLA")
+    assert "- SLA confidence: 0.5 — the point prediction" in goal
+    assert "at confidence 0.9 the top 3 would rank: rank 2 (20.0), rank 1 (10.0), rank 3 (failed) — a different order" in goal

@@ -445,6 +445,9 @@ class OptimizationGoal(_Model):
     target: OptimizationTarget = OptimizationTarget.throughput
     sla: SLATarget | None = None
     pareto_objectives: list[OptimizationTarget] | None = None
+    sla_confidence: Annotated[float, Field(ge=0.5, le=0.99), BeforeValidator(_no_bool)] = Field(
+        default=0.5, description="the SLA must hold at this quantile of the candidate's error band on measured "
+                                 "GPUs; 0.5 is the point prediction")
 
     @property
     def objectives(self) -> tuple[OptimizationTarget, ...]:

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from spica_core.config.model import OptimizationGoal, SmartSearchConfig
 from spica_core.emit.aic_estimate import AICEstimate, aic_estimate
+from spica_core.emit.confidence import ConfidenceCheck
 from spica_core.emit.crd import check_manifest
 from spica_core.emit.manifests import ManifestOptions, manifest, manifest_yaml
 from spica_core.emit.records import CandidateRecord, Provenance, to_csv
@@ -176,8 +177,11 @@ def _mean_lengths(trace_file: Path | None) -> tuple[int, int]:
 
 def emit_outputs(run_dir: RunDir, records: Sequence[CandidateRecord], options: EmitOptions, *,
                  config: SmartSearchConfig, trials: Sequence[Trial], tally: Tally, provenance: Provenance,
-                 trace_file: Path | None, manifests_dir: Path | None = None) -> Emitted:
-    """Everything but the Parquet (the task writes that through the catalog)."""
+                 trace_file: Path | None, manifests_dir: Path | None = None,
+                 confidence: ConfidenceCheck | None = None) -> Emitted:
+    """Everything but the Parquet (the task writes that through the catalog). ``confidence`` is the top
+    candidates' re-scoring at another SLA confidence (the sweep's emit stage replays it; ``spica emit``
+    replays nothing and passes None)."""
     folder = run_dir.path
     pareto = config.goal.is_pareto
     write_candidate_files(folder, records, pareto)
@@ -189,7 +193,8 @@ def emit_outputs(run_dir: RunDir, records: Sequence[CandidateRecord], options: E
         manifests={rank: os.path.relpath(path, folder) for rank, path in written.items()},
         trials=tuple(trials), tally=tally, provenance=provenance,
         trace_file=trace,
-        aic=estimates, pareto=pareto, objectives=tuple(o.value for o in config.goal.objectives)))
+        aic=estimates, pareto=pareto, objectives=tuple(o.value for o in config.goal.objectives),
+        confidence=confidence))
     return Emitted(tuple(records), written, refused, report)
 
 

@@ -13,6 +13,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
+from spica_core.evaluate.bands import Band, bands_from_dict, bands_to_dict
 from spica_core.evaluate.candidate import Candidate
 from spica_core.search.ranking import RankedCandidate
 
@@ -50,12 +51,13 @@ class CandidateRecord:
     trial: int
     tally: dict[str, Any] = field(default_factory=dict)   # the run's outcome counts and reasons
     provenance: Provenance | None = None
+    bands: dict[str, Band] = field(default_factory=dict)  # the error band on each predicted latency
 
     @classmethod
     def of(cls, ranked: RankedCandidate, tally: Mapping[str, Any], provenance: Provenance) -> CandidateRecord:
         return cls(ranked.rank, ranked.score, ranked.used_gpus, ranked.candidate, dict(ranked.metrics),
                    dict(ranked.objectives) if ranked.objectives else None, ranked.round, ranked.trial,
-                   dict(tally), provenance)
+                   dict(tally), provenance, dict(ranked.bands))
 
     @property
     def config(self) -> dict[str, Any]:
@@ -64,7 +66,8 @@ class CandidateRecord:
 
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "score": self.score, "used_gpus": self.used_gpus, "config": self.config,
-                "metrics": self.metrics, "objectives": self.objectives, "round": self.round, "trial": self.trial,
+                "metrics": self.metrics, "bands": bands_to_dict(self.bands), "objectives": self.objectives,
+                "round": self.round, "trial": self.trial,
                 "tally": self.tally, "provenance": self.provenance.to_dict() if self.provenance else None}
 
     @classmethod
@@ -74,7 +77,7 @@ class CandidateRecord:
                    Candidate.from_sample(data["config"]), dict(data["metrics"]),
                    dict(data["objectives"]) if data.get("objectives") else None, int(data["round"]),
                    int(data["trial"]), dict(data.get("tally") or {}),
-                   Provenance.from_dict(provenance) if provenance else None)
+                   Provenance.from_dict(provenance) if provenance else None, bands_from_dict(data.get("bands")))
 
     def to_row(self) -> dict[str, Any]:
         """A ``candidates.parquet`` row: scalars as columns, nested values as canonical JSON."""
@@ -84,21 +87,24 @@ class CandidateRecord:
                 "config_json": _json(self.config), "metrics_json": _json(self.metrics),
                 "objectives_json": _json(self.objectives) if self.objectives else None,
                 "tally_json": _json(self.tally),
-                "provenance_json": _json(self.provenance.to_dict()) if self.provenance else None}
+                "provenance_json": _json(self.provenance.to_dict()) if self.provenance else None,
+                "bands_json": _json(bands_to_dict(self.bands))}
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> CandidateRecord:
         return cls.from_json({**{k: row[k] for k in ("rank", "score", "used_gpus", "round", "trial")},
                               "config": json.loads(row["config_json"]), "metrics": json.loads(row["metrics_json"]),
                               "objectives": json.loads(row["objectives_json"]) if row["objectives_json"] else None,
-                              "tally": json.loads(row["tally_json"]),
+                              "tally": json.loads(row["tally_json"]), "bands": json.loads(row["bands_json"] or "{}"),
                               "provenance": json.loads(row["provenance_json"]) if row["provenance_json"] else None})
 
     def flat(self) -> dict[str, Any]:
         """One CSV row (§10.3 b): rank, score, used_gpus, then ``config.*``, ``metrics.*``, ``objectives.*``."""
         out: dict[str, Any] = {"rank": self.rank, "score": self.score, "used_gpus": self.used_gpus,
                                "round": self.round, "trial": self.trial}
-        for prefix, values in (("config", self.config), ("metrics", self.metrics),
+        bands = {f"{metric}.{q}": getattr(band, q) for metric, band in self.bands.items()
+                 for q in ("p10", "p50", "p90", "rows", "group", "spread")}
+        for prefix, values in (("config", self.config), ("metrics", self.metrics), ("bands", bands),
                                ("objectives", self.objectives or {})):
             for key, value in values.items():
                 out[f"{prefix}.{key}"] = _json(value) if isinstance(value, (list, dict)) else value

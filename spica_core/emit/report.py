@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spica_core.config.model import MINIMIZED_TARGETS, OptimizationTarget, SmartSearchConfig
+from spica_core.emit.confidence import CHECK_CONFIDENCE, ConfidenceCheck, sla_moves_score
 from spica_core.emit.records import CandidateRecord, Provenance
+from spica_core.evaluate.bands import Band
 from spica_core.errors import SpicaError
 from spica_core.evaluate.candidate import Candidate
 from spica_core.evaluate.evaluator import Status
@@ -58,6 +60,7 @@ class ReportInputs:
     aic: Mapping[int, AICEstimate | str | None]  # rank -> estimate (static agg only); a str is why there is none
     pareto: bool
     objectives: tuple[str, ...]                 # objective names (goal.objectives values)
+    confidence: ConfidenceCheck | None = None   # the top candidates re-scored at another SLA confidence
 
 
 @dataclass(frozen=True)
@@ -309,10 +312,33 @@ def _goal_section(inputs: ReportInputs, goal: _Goal) -> list[str]:
         parts = [f"{name} ≤ {fmt(_whole(value), 'ms')}" for name, value in
                  (("TTFT", sla.ttft_ms), ("ITL", sla.itl_ms), ("E2E", sla.e2e_ms)) if value is not None]
         lines.append(f"- SLA: {', '.join(parts)} (it enters goodput only; it is not a gate)")
+        lines += _confidence_lines(inputs)
     sweep = config.sweep
     lines.append(f"- search: {sweep.policy.value}, {sweep.max_rounds} rounds × {sweep.per_round} per round, "
                  f"seed {sweep.seed}")
     lines.append("")
+    return lines
+
+
+def _confidence_lines(inputs: ReportInputs) -> list[str]:
+    """Which SLA confidence ranked the candidates, and how the top ones would rank at the check's."""
+    conf = inputs.config.goal.sla_confidence
+    lines = [f"- SLA confidence: {conf:g} — " + ("the point prediction" if conf <= 0.5 else
+             f"a request meets the SLA only if its latency, times the p{round(conf * 100)} of measured ÷ "
+             "predicted on measured GPUs (the candidate's error band), meets it")]
+    check = inputs.confidence
+    if check is None:
+        if not sla_moves_score(inputs.config):
+            lines.append("- the SLA does not enter this goal's score, so no confidence changes the ranking")
+        elif conf != CHECK_CONFIDENCE:
+            lines.append(f"- at confidence {CHECK_CONFIDENCE:g}: not replayed (`spica emit` replays nothing)")
+        return lines
+    order = check.reranked()
+    shown = ", ".join(f"rank {r} ({fmt(check.scores[r])})" if check.scores[r] is not None else f"rank {r} (failed)"
+                      for r in order)
+    same = order == sorted(check.scores)
+    lines.append(f"- at confidence {check.confidence:g} the top {len(order)} would rank: {shown}"
+                 + (" — the same order" if same else " — a different order"))
     return lines
 
 
@@ -404,8 +430,8 @@ def _no_candidate(tally: Tally) -> list[str]:
 def _candidates_table(inputs: ReportInputs, goal: _Goal) -> list[str]:
     emitted = set(inputs.emitted)
     value_cols = [f"{o} ({_target_label(o)[1]})" for o in goal.objectives]
-    header = ["rank", "mode", "backend", "parallel", "strategy", "GPUs", *value_cols,
-              "throughput", "TTFT mean", "ITL mean", "manifest"]
+    header = ["rank", "mode", "backend", "precision", "parallel", "strategy", "GPUs", *value_cols,
+              "throughput", "TTFT mean (band)", "ITL mean (band)", "manifest"]
     rows = []
     for r in inputs.records:
         m = derived_metrics(r.metrics)
@@ -417,10 +443,18 @@ def _candidates_table(inputs: ReportInputs, goal: _Goal) -> list[str]:
         itl = m.get("mean_itl_ms", m.get("mean_tpot_ms"))
         link = inputs.manifests.get(r.rank)
         manifest = f"[{link}]({link})" if link else ("emitted" if r.rank in emitted else "")
-        rows.append([r.rank, c.mode, c.backend, c.parallel.label(), config_strategy(c.parallel), r.used_gpus,
-                     *values, fmt(m.get("output_throughput_tok_s"), "tok/s"), fmt(m.get("mean_ttft_ms"), "ms"),
-                     fmt(itl, "ms"), manifest])
+        rows.append([r.rank, c.mode, c.backend, c.precision.label(), c.parallel.label(),
+                     config_strategy(c.parallel), r.used_gpus, *values, fmt(m.get("output_throughput_tok_s"), "tok/s"),
+                     _with_band(m.get("mean_ttft_ms"), r.bands.get("ttft_ms")),
+                     _with_band(itl, r.bands.get("itl_ms")), manifest])
     return [*_table(header, rows), ""]
+
+
+def _with_band(value: float | None, band: Band | None) -> str:
+    """``38 ms (34–46 on measured GPUs, 60 rows)``."""
+    if value is None or band is None:
+        return fmt(value, "ms")
+    return f"{fmt(value, 'ms')} ({fmt(band.p10)}–{fmt(band.p90)} on measured GPUs, {fmt(band.rows)} rows)"
 
 
 def _winner_section(inputs: ReportInputs, goal: _Goal) -> list[str]:

@@ -21,6 +21,7 @@ from spica_core.errors import (
     GoodputContractError, InfeasibleKVCapacityError, OverBudgetError, PlannerConfigError, RejectedEngineArgsError,
     SpicaError,
 )
+from spica_core.evaluate.bands import Band, load_bands
 from spica_core.evaluate.candidate import Candidate
 
 os.environ.setdefault("DYN_LOG", "error")
@@ -69,6 +70,7 @@ class Outcome:
     planner: dict[str, Any] = field(default_factory=dict)  # planner ticks and decisions
     per_request: list[dict[str, Any]] | None = None
     eval_id: str = ""
+    bands: dict[str, Band] = field(default_factory=dict)  # the error band on each predicted latency
 
     @property
     def feasible(self) -> bool:
@@ -104,12 +106,17 @@ def _prepare(req: EvalRequest, timings: dict[str, float]) -> tuple[Candidate, An
     roles = build_engine_args(candidate, profile_dir=req.profile_dir)
     timings["engine_args_s"] = time.perf_counter() - t1
     sla = req.goal.sla
+    factors = None
+    if sla is not None and req.goal.sla_confidence > 0.5:
+        ctx = candidate.context
+        factors = load_bands().sla_factors(ctx.model_name, ctx.hardware_sku, candidate.backend,
+                                           req.goal.sla_confidence)
     policy = make_policy(candidate, roles, planner_target(req.goal),
                          ttft_ms=sla.ttft_ms if sla else None, itl_ms=sla.itl_ms if sla else None)
     workload = replay_workload(req.workload, trace_file=req.trace_file,
                                concurrency=concurrency if kv_load is not None else None)
     spec = ReplaySpec(roles=roles, workload=workload, router=router_kwargs(candidate.router),
-                      sla=sla_kwargs(req.goal), scaling_policy=policy, capture_per_request=req.capture_per_request)
+                      sla=sla_kwargs(req.goal, factors), scaling_policy=policy, capture_per_request=req.capture_per_request)
     return candidate, spec, policy
 
 
@@ -151,8 +158,14 @@ def evaluate_one(req: EvalRequest) -> Outcome:
     except GoodputContractError as exc:
         return outcome(Status.failed, str(exc), metrics=candidate_metrics(report), report=report, planner=planner)
     objectives = objective_vector(req.goal, report) if req.goal.is_pareto else None
+    metrics = candidate_metrics(report)
+    ctx = candidate.context
+    try:
+        bands = load_bands().bands(ctx.model_name, ctx.hardware_sku, candidate.backend, metrics)
+    except SpicaError as exc:  # a number without its band is half an answer: never drop it silently
+        return outcome(Status.failed, str(exc), metrics=metrics, report=report, planner=planner)
     timings["score_s"] = time.perf_counter() - t2
-    return outcome(Status.feasible, metrics=candidate_metrics(report), score=score, objectives=objectives,
+    return outcome(Status.feasible, metrics=metrics, score=score, objectives=objectives, bands=bands,
                    report=report, planner=planner, per_request=result.get("per_request"))
 
 

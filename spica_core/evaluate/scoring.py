@@ -14,7 +14,7 @@ from spica_core.config.model import GOODPUT_TARGETS, MINIMIZED_TARGETS, Optimiza
 from spica_core.errors import GoodputContractError
 
 # §4.3 candidate metrics, kept when present
-METRIC_KEYS = ("output_throughput_tok_s", "mean_ttft_ms", "mean_tpot_ms", "mean_e2e_latency_ms",
+METRIC_KEYS = ("output_throughput_tok_s", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2e_latency_ms",
                "mean_output_token_throughput_per_user", "goodput_output_throughput_tok_s", "gpu_hours",
                "duration_ms", "planner_total_ticks")
 
@@ -90,14 +90,20 @@ def is_feasible(used_gpus: int, gpu_budget: int) -> bool:
     return int(used_gpus) <= int(gpu_budget)
 
 
-def sla_kwargs(goal: OptimizationGoal) -> dict[str, float]:
+def sla_kwargs(goal: OptimizationGoal, factors: Mapping[str, float] | None = None) -> dict[str, float]:
     """The replay's SLA kwargs whenever the goal has an SLA (any target); {} otherwise.
 
-    Validation already refused e2e_ms together with ttft_ms / itl_ms, which the runtime rejects.
+    ``factors`` (``goal.sla_confidence`` above 0.5) are the band quantiles a predicted latency is
+    multiplied by before it is held against the SLA, so the replay gets the SLA divided by them; an
+    end-to-end SLA takes the larger of the TTFT and ITL factors. Validation already refused e2e_ms
+    together with ttft_ms / itl_ms, which the runtime rejects.
     """
     if goal.sla is None:
         return {}
-    return {f"sla_{name}": float(value) for name, value in goal.sla.model_dump(exclude_none=True).items()}
+    f = dict(factors or {})
+    f["e2e_ms"] = max(f.values(), default=1.0)
+    return {f"sla_{name}": float(value) / f.get(name, 1.0)
+            for name, value in goal.sla.model_dump(exclude_none=True).items()}
 
 
 def candidate_metrics(report: Mapping[str, Any]) -> dict[str, float]:

@@ -80,7 +80,8 @@ SHAPES_SCHEMA: Final = pa.schema([
     ("tp", pa.int64()), ("attention_dp", pa.int64()), ("moe_tp", pa.int64()), ("moe_ep", pa.int64()),
     ("pp", pa.int64()), ("gpus", pa.int64()), ("strategy", pa.string()),
     ("quantization", pa.string()), ("kv_cache_dtype", pa.string()), ("native_precision", pa.bool_()),
-    ("weight_bytes_per_gpu", pa.int64()), ("kv_tokens_per_rank", pa.int64()), ("max_seq_len", pa.int64()), ("feasible", pa.bool_()),
+    ("weight_bytes_per_gpu", pa.int64()), ("kv_tokens_per_rank", pa.int64()), ("max_seq_len", pa.int64()),
+    ("feasible", pa.bool_()),
     ("reason", pa.string()),
 ])
 
@@ -101,20 +102,21 @@ TRIALS_SCHEMA: Final = pa.schema([
     ("objectives_json", pa.string()), ("metrics_json", pa.string()), ("params_json", pa.string()),
     ("selection_json", pa.string()), ("projection_json", pa.string()), ("parallel_json", pa.string()),
     ("sample_json", pa.string()), ("eval_seconds", pa.float64()), ("replay_seconds", pa.float64()),
-    ("suggest_seconds", pa.float64()), ("suggested_by", pa.string()),
+    ("suggest_seconds", pa.float64()), ("suggested_by", pa.string()), ("bands_json", pa.string()),
 ])
 
 RANKING_SCHEMA: Final = pa.schema([
     ("rank", pa.int64()), ("mode", pa.string()), ("backend", pa.string()), ("parallel", pa.string()),
     ("used_gpus", pa.int64()), ("score", pa.float64()), ("objectives_json", pa.string()),
     ("metrics_json", pa.string()), ("sample_json", pa.string()), ("round", pa.int64()), ("trial", pa.int64()),
+    ("bands_json", pa.string()),
 ])
 
 CANDIDATES_SCHEMA: Final = pa.schema([
     ("rank", pa.int64()), ("score", pa.float64()), ("used_gpus", pa.int64()), ("mode", pa.string()),
     ("backend", pa.string()), ("parallel", pa.string()), ("round", pa.int64()), ("trial", pa.int64()),
     ("config_json", pa.string()), ("metrics_json", pa.string()), ("objectives_json", pa.string()),
-    ("tally_json", pa.string()), ("provenance_json", pa.string()),
+    ("tally_json", pa.string()), ("provenance_json", pa.string()), ("bands_json", pa.string()),
 ])
 
 # Input names: "config" = the normalised config's fingerprint, "search_config" = the normalised config

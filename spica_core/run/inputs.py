@@ -14,6 +14,7 @@ from spica_core.config.trace import TraceSummary, check_trace
 from spica_core.errors import ConfigError, Issue
 from spica_core.space.kv import max_seq_len
 from spica_core.space.precision import check_quantization
+from spica_core.evaluate.bands import load_bands
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ def load_inputs(source: str | Path | SmartSearchConfig, seed: int | None = None,
         config = with_overrides(SmartSearchConfig.from_yaml(path), seed, cluster)
     space, workload = config.search_space, config.workload
     check_quantization(config, str(path))
+    load_bands()  # a missing or corrupt band file stops here, before anything runs
     longest = max_seq_len(space.model_name, space.context_length)
     trace_file = config.trace_file(base)
     if trace_file is not None:

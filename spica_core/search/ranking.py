@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from spica_core.config.model import OptimizationTarget, SmartSearchConfig
+from spica_core.evaluate.bands import Band, bands_from_dict, bands_to_dict
 from spica_core.evaluate.candidate import Candidate
 from spica_core.evaluate.scoring import signed
 from spica_core.run.fingerprint import canonical_json
@@ -75,27 +76,30 @@ class RankedCandidate:
     trial: int
     metrics: dict[str, float] = field(default_factory=dict)
     objectives: dict[str, float] | None = None
+    bands: dict[str, Band] = field(default_factory=dict)
 
     @classmethod
     def of(cls, rank_: int, trial: Trial) -> RankedCandidate:
         assert trial.candidate is not None and trial.score is not None  # evaluated successes only
         return cls(rank_, trial.mode, str(trial.backend), trial.parallel.label(), trial.used_gpus, trial.score,
                    trial.candidate, trial.round, trial.trial, dict(trial.metrics),
-                   dict(trial.objectives) if trial.objectives else None)
+                   dict(trial.objectives) if trial.objectives else None, dict(trial.bands))
 
     def to_row(self) -> dict[str, Any]:
         return {"rank": self.rank, "mode": self.mode, "backend": self.backend, "parallel": self.parallel,
                 "used_gpus": self.used_gpus, "score": self.score,
                 "objectives_json": canonical_json(self.objectives) if self.objectives else None,
                 "metrics_json": canonical_json(self.metrics),
-                "sample_json": canonical_json(self.candidate.to_sample()), "round": self.round, "trial": self.trial}
+                "sample_json": canonical_json(self.candidate.to_sample()), "round": self.round, "trial": self.trial,
+                "bands_json": canonical_json(bands_to_dict(self.bands))}
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> RankedCandidate:
         return cls(int(row["rank"]), row["mode"], row["backend"], row["parallel"], int(row["used_gpus"]),
                    float(row["score"]), Candidate.from_sample(json.loads(row["sample_json"])), int(row["round"]),
                    int(row["trial"]), json.loads(row["metrics_json"]),
-                   json.loads(row["objectives_json"]) if row["objectives_json"] else None)
+                   json.loads(row["objectives_json"]) if row["objectives_json"] else None,
+                   bands_from_dict(json.loads(row["bands_json"] or "{}")))
 
 
 def rank_trials(trials: Sequence[Trial], config: SmartSearchConfig) -> list[RankedCandidate]:

@@ -209,6 +209,7 @@ def _evaluate_ask(branch: Branch, context: SearchContext, round_no: int, ask: in
         timings = outcome.timings
         batch[t] = trial(t, p, outcome.status, key, reason=outcome.reason, candidate=outcome.candidate,
                          score=outcome.score, objectives=outcome.objectives, metrics=outcome.metrics,
+                         bands=outcome.bands,
                          eval_seconds=float(timings.get("total_s", 0.0)) if timings else None,
                          replay_seconds=float(timings.get("replay_s", 0.0)) if timings else None)
         if batch[t].is_evaluated_success:
@@ -224,7 +225,7 @@ def _evaluate_ask(branch: Branch, context: SearchContext, round_no: int, ask: in
 def _result_of(trial: Trial) -> dict[str, Any]:
     """What a cache hit or duplicate copies from the trial that ran."""
     return {"candidate": trial.candidate, "score": trial.score, "objectives": trial.objectives,
-            "metrics": dict(trial.metrics)}
+            "metrics": dict(trial.metrics), "bands": dict(trial.bands)}
 
 
 __all__ = ["SearchContext", "RoundResult", "run_round", "round_plan", "cache_key", "study_metrics",

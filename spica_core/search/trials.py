@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from spica_core.evaluate.bands import Band, bands_from_dict, bands_to_dict
 from spica_core.evaluate.candidate import Candidate
 from spica_core.evaluate.evaluator import Status
 from spica_core.run.fingerprint import canonical_json
@@ -42,6 +43,7 @@ class Trial:
     replay_seconds: float | None = None
     suggest_seconds: float | None = None   # the optimizer's time for the ask that proposed this trial
     suggested_by: str = ""                 # how it was picked: gp, space-filling, random or enumerated
+    bands: dict[str, Band] = field(default_factory=dict)  # the error band on each predicted latency
 
     @property
     def backend(self) -> str | None:
@@ -74,6 +76,7 @@ class Trial:
             "replay_seconds": self.replay_seconds,
             "suggest_seconds": self.suggest_seconds,
             "suggested_by": self.suggested_by,
+            "bands_json": canonical_json(bands_to_dict(self.bands)),
         }
 
     @classmethod
@@ -91,7 +94,7 @@ class Trial:
             objectives=json.loads(row["objectives_json"]) if row["objectives_json"] else None,
             metrics=json.loads(row["metrics_json"]), eval_seconds=row["eval_seconds"],
             replay_seconds=row["replay_seconds"], suggest_seconds=row["suggest_seconds"],
-            suggested_by=row["suggested_by"] or "")
+            suggested_by=row["suggested_by"] or "", bands=bands_from_dict(json.loads(row["bands_json"] or "{}")))
 
 
 @dataclass
