@@ -48,6 +48,7 @@ class EvalRequest:
     profile_dir: str | None = None        # None: SPICA_CACHE_DIR / ~/.cache/spica/profiles
     capture_per_request: bool = False
     eval_id: str = ""
+    with_bands: bool = True               # False only for bench/bench_accuracy.py, which makes the band file
 
     @classmethod
     def from_config(cls, config: SmartSearchConfig, candidate: Candidate, *, trace_file: str | None = None,
@@ -161,7 +162,7 @@ def evaluate_one(req: EvalRequest) -> Outcome:
     metrics = candidate_metrics(report)
     ctx = candidate.context
     try:
-        bands = load_bands().bands(ctx.model_name, ctx.hardware_sku, candidate.backend, metrics)
+        bands = load_bands().bands(ctx.model_name, ctx.hardware_sku, candidate.backend, metrics) if req.with_bands else {}
     except SpicaError as exc:  # a number without its band is half an answer: never drop it silently
         return outcome(Status.failed, str(exc), metrics=metrics, report=report, planner=planner)
     timings["score_s"] = time.perf_counter() - t2
