@@ -6,6 +6,7 @@ from pathlib import Path
 from spica_cli.exits import EXIT_NO_RESULT, EXIT_OK
 from spica_cli.sweep import candidate_table, tally_lines
 from spica_core.emit import FinishedRun
+from spica_core.run.inputs import over_context_note
 
 
 def nothing_feasible(run: FinishedRun) -> str:
@@ -24,7 +25,11 @@ def show_command(run_dir: str) -> int:
         return EXIT_NO_RESULT
     goal = run.config.goal
     lines = candidate_table(run.records, goal.is_pareto, [o.value for o in goal.objectives])
-    lines += ["", *tally_lines(run.tally), "", f"run folder: {run.run_dir.path}"]
+    lines += ["", *tally_lines(run.tally)]
+    note = over_context_note(run.config, run.trace_file)
+    if note:
+        lines.append(note)
+    lines += ["", f"run folder: {run.run_dir.path}"]
     folder = run.run_dir.path
     for name in ("candidates.json", "candidates.csv", "report.md", "report.html"):
         if (folder / name).is_file():

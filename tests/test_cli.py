@@ -30,6 +30,10 @@ EXAMPLE_SUMMARIES: dict[str, dict[str, str]] = {
         "workload": "mooncake trace traces/sine_prefix.jsonl (open loop",
         "goal": "goodput_per_gpu, SLA ttft_ms=2000.0, itl_ms=30.0 (planner target 'sla')",
     },
+    "mooncake_qwen3_32b.yaml": {
+        "workload": "mooncake trace traces/mooncake_synthetic_trace.jsonl (open loop",
+        "over context": "307 requests (7.7% of requests, 28.6% of tokens) exceed the context; left out of the replay",
+    },
     "pareto_kv_load.yaml": {
         "branches": "disagg (one Vizier study each); backends vllm, sglang",
         "workload": "synthetic isl 1000 / osl 1000, kv_load_ratio [0.05, 1.0]",

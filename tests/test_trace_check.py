@@ -44,7 +44,8 @@ def test_example_traces_pass_with_their_counts(name: str) -> None:
     summary = check_trace(path, max_seq_len=SEQ)
     assert summary == TraceSummary(path, len(rows), 0, min(r["timestamp"] for r in rows),
                                    max(r["timestamp"] for r in rows), max(r["input_length"] for r in rows),
-                                   max(r["output_length"] for r in rows), ())
+                                   max(r["output_length"] for r in rows), (),
+                                   total_tokens=sum(r["input_length"] + r["output_length"] for r in rows))
 
 
 def test_aliases_sessions_and_blank_lines(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import math
 import re
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Callable, Union
+from typing import Annotated, Any, Callable, Literal, Union
 
 from pydantic import (
     AfterValidator,
@@ -352,6 +352,10 @@ class Workload(_Model):
     trace_format: str = "mooncake"
     arrival_speedup_ratio: Annotated[float, Field(ge=limits.ARRIVAL_SLOWDOWN), _at_most(limits.ARRIVAL_SPEEDUP)] = 1.0
     replay_concurrency: _int_upto(limits.IN_FLIGHT) | None = None
+    over_context: Literal["refuse", "drop", "fail"] = Field(
+        default="refuse", description="requests whose input, or input + output, exceeds the context: refuse the "
+                                      "trace, drop them from the replay, or fail them (rejected at once: counted "
+                                      "in num_requests and as SLA misses, no GPU time)")
 
     @field_validator("kv_load_ratio", mode="before")
     @classmethod

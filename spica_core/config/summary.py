@@ -54,6 +54,11 @@ def describe(config: SmartSearchConfig, trace: TraceSummary | None = None) -> st
             sessions = f", {trace.sessions:,} sessions" if trace.sessions else ""
             lines.append(f"trace           : {trace.requests:,} requests{sessions} over {span:,.0f} s, longest "
                          f"input {trace.max_input_length:,} / output {trace.max_output_length:,} tokens")
+            if trace.over_context_requests:
+                what = {"drop": "left out of the replay", "fail": "kept as requests the server rejects at once",
+                        "refuse": "refused"}[trace.over_context]
+                lines.append(f"over context    : {trace.over_context_text()} exceed the context; "
+                             f"{what} (workload.over_context: {trace.over_context})")
     else:
         if w.request_rate is not None:
             load = f"request rate {w.request_rate}/s (open loop)"

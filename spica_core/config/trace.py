@@ -50,6 +50,20 @@ class TraceSummary:
     max_input_length: int
     max_output_length: int
     warnings: tuple[str, ...]
+    over_context: str = "refuse"   # workload.over_context: what the replay does with requests over the context
+    over_context_requests: int = 0  # requests whose input, or input + output, exceeds the context
+    over_context_tokens: int = 0    # their input + output tokens
+    total_tokens: int = 0           # every request's input + output tokens
+
+    @property
+    def over_context_token_share(self) -> float:
+        return self.over_context_tokens / self.total_tokens if self.total_tokens else 0.0
+
+    def over_context_text(self) -> str:
+        """``574 requests (4.8 % of requests, 26 % of tokens)``."""
+        n = self.over_context_requests
+        return (f"{n:,} request{'s' if n != 1 else ''} ({n / max(self.requests, 1):.1%} of requests, "
+                f"{self.over_context_token_share:.1%} of tokens)")
 
 
 def _ms(value: float) -> str:
@@ -119,9 +133,13 @@ def _both_aliases(row: dict[str, Any], field: str) -> bool:
 class _Scan:
     """One pass over the file; the hot path checks types with ``type() is`` and leaves wording to slow helpers."""
 
-    def __init__(self, display: str, max_seq_len: int, block_size: int, shown: int):
+    def __init__(self, display: str, max_seq_len: int, block_size: int, shown: int, over_context: str = "refuse"):
         self.display = display
         self.max_seq_len = max_seq_len
+        self.over_context = over_context
+        self.over_requests = 0
+        self.over_tokens = 0
+        self.total_tokens = 0
         self.block_size = block_size
         self.problems = _Problems(display, shown)
         self.requests = 0
@@ -227,11 +245,13 @@ class _Scan:
         osl_ok = type(osl) is int and osl > 0
         if not osl_ok:
             self._bad_length(lineno, "output_length", osl_name, osl)
-        if isl_ok:
-            if isl > self.max_seq_len:
+        if isl_ok and (isl > self.max_seq_len or (osl_ok and isl + osl > self.max_seq_len)):
+            self.over_requests += 1
+            self.over_tokens += isl + (osl if osl_ok else 0)
+            if self.over_context == "refuse" and isl > self.max_seq_len:
                 add(lineno, isl_name, f"exceeds the context length {self.max_seq_len} (context_length or the "
                     "model's max context); a server with this context rejects the request", isl)
-            elif osl_ok and isl + osl > self.max_seq_len:
+            elif self.over_context == "refuse":
                 add(lineno, osl_name, f"input_length + output_length exceeds the context length "
                     f"{self.max_seq_len} (context_length or the model's max context); a server with this "
                     "context cannot generate every output token", detail=f"{isl} + {osl} = {isl + osl}")
@@ -264,6 +284,7 @@ class _Scan:
             self.first_ms = ts
         if ts > self.last_ms:
             self.last_ms = ts
+        self.total_tokens += isl + osl
         if isl > self.max_input:
             self.max_input = isl
         if osl > self.max_output:
@@ -338,17 +359,22 @@ class _Scan:
             warnings.append(f"{self.display}: timestamps go backwards at {self.backwards} line(s), first at "
                             f"{self.first_backwards}; the replay re-orders arrivals by time")
         return TraceSummary(path, self.requests, len(self.sessions), float(self.first_ms), float(self.last_ms),
-                            self.max_input, self.max_output, tuple(warnings))
+                            self.max_input, self.max_output, tuple(warnings), self.over_context,
+                            self.over_requests, self.over_tokens, self.total_tokens)
 
 
-_CACHE: dict[tuple[str, str, int, int, int, int], TraceSummary] = {}
+_CACHE: dict[tuple[str, str, int, int, int, int, str], TraceSummary] = {}
+OVER_CONTEXT_HINT = ("set workload.over_context: drop (leave them out of the replay) or fail (keep them as requests "
+                     "the server rejects at once), or raise context_length")
 
 
 def check_trace(path: str | Path, *, max_seq_len: int, block_size: int = TRACE_BLOCK_SIZE,
-                shown: int = DEFAULT_SHOWN) -> TraceSummary:
+                shown: int = DEFAULT_SHOWN, over_context: str = "refuse") -> TraceSummary:
     """Validate a mooncake trace against the replay's format and the context length; raises TraceError listing problems.
 
     ``max_seq_len`` is the longest sequence the deployment serves (``context_length`` or the model's max context).
+    Requests over it are problems under ``over_context`` ``refuse``; under ``drop`` and ``fail`` they are counted
+    in the summary instead (the replay leaves them out, see ``spica_core.evaluate.traces.fitted_trace``).
     A second call on an unchanged file (same path spelling, size and mtime) returns the cached summary.
     """
     display = str(path)
@@ -360,11 +386,11 @@ def check_trace(path: str | Path, *, max_seq_len: int, block_size: int = TRACE_B
         raise TraceError(f"{display}: trace file not found") from None
     except OSError as exc:
         raise TraceError(f"{display}: cannot read the trace ({exc.strerror or exc})") from None
-    key = (display, str(resolved), before.st_size, before.st_mtime_ns, max_seq_len, block_size)
+    key = (display, str(resolved), before.st_size, before.st_mtime_ns, max_seq_len, block_size, over_context)
     cached = _CACHE.get(key)
     if cached is not None:
         return cached
-    scan = _Scan(display, max_seq_len, block_size, shown)
+    scan = _Scan(display, max_seq_len, block_size, shown, over_context)
     try:
         with open(resolved, "rb") as f:
             scan.run(f)
@@ -374,7 +400,12 @@ def check_trace(path: str | Path, *, max_seq_len: int, block_size: int = TRACE_B
     except OSError as exc:
         raise TraceError(f"{display}: cannot read the trace ({exc.strerror or exc})") from None
     if scan.problems.lines:
-        raise TraceError(scan.problems.render(scan.stopped_at))
+        message = scan.problems.render(scan.stopped_at)
+        if scan.over_requests and over_context == "refuse":
+            n = scan.over_requests
+            message += (f"\n  {n:,} request{'s' if n != 1 else ''} exceed{'s' if n == 1 else ''} the context length "
+                        f"{max_seq_len:,} (workload.over_context: refuse); {OVER_CONTEXT_HINT}")
+        raise TraceError(message)
     if scan.requests == 0:
         raise TraceError(f"{display}: holds no requests (every line is blank); a mooncake trace has one JSON "
                          "object per request")

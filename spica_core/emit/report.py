@@ -342,6 +342,14 @@ def _confidence_lines(inputs: ReportInputs) -> list[str]:
     return lines
 
 
+def _over_context_lines(inputs: ReportInputs) -> list[str]:
+    """How many requests exceed the context and what became of them (workload.over_context)."""
+    from spica_core.run.inputs import over_context_note
+
+    note = over_context_note(inputs.config, inputs.trace_file)
+    return [f"- {note}"] if note else []
+
+
 def _workload_section(inputs: ReportInputs, plots: Mapping[str, str]) -> list[str]:
     w = inputs.config.workload
     lines = ["## Workload", ""]
@@ -365,6 +373,7 @@ def _workload_section(inputs: ReportInputs, plots: Mapping[str, str]) -> list[st
                          f"{fmt(profile.mean_rps, 'req/s')}, peak {fmt(profile.peak_rps, 'req/s')} "
                          f"(per {_seconds(profile.bin_s)} bin)")
             lines.append(f"- mean ISL {fmt(profile.mean_isl, 'tokens')}, mean OSL {fmt(profile.mean_osl, 'tokens')}")
+        lines += _over_context_lines(inputs)
         if "trace_rate" in plots:
             lines += ["", f"![requests per second over time]({plots['trace_rate']})"]
     else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 import traceback
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -78,8 +79,32 @@ class Outcome:
         return self.status is Status.feasible
 
 
-def _prepare(req: EvalRequest, timings: dict[str, float]) -> tuple[Candidate, Any, Any]:
-    """The resolved candidate, the replay spec and the scaling policy; raises SpicaError subclasses."""
+def _replayed_trace(req: EvalRequest, candidate: Candidate) -> tuple[str | None, int]:
+    """The trace file the replay reads and how many requests over the context it leaves out."""
+    from spica_core.evaluate.traces import fitted_trace
+    from spica_core.space.facts import cache_dir
+    from spica_core.space.kv import max_seq_len
+
+    path = req.trace_file or req.workload.trace_path
+    if path is None or req.workload.over_context == "refuse":
+        return path, 0
+    ctx = candidate.context
+    fitted = fitted_trace(path, max_seq_len(ctx.model_name, ctx.context_length),
+                          Path(req.profile_dir).expanduser() if req.profile_dir else cache_dir())
+    return str(fitted.path), fitted.left_out
+
+
+def with_rejected(report: dict[str, Any], rejected: int) -> dict[str, Any]:
+    """``over_context: fail``: requests the server rejects at once count in num_requests, complete nothing
+    (so they are SLA misses in goodput) and use no GPU time."""
+    if not rejected:
+        return report
+    return {**report, "num_requests": int(report.get("num_requests") or 0) + rejected, "rejected_requests": rejected}
+
+
+def _prepare(req: EvalRequest, timings: dict[str, float]) -> tuple[Candidate, Any, Any, int]:
+    """The resolved candidate, the replay spec, the scaling policy and the requests the replay leaves out as
+    rejected; raises SpicaError subclasses."""
     from spica_core.config.policies import planner_target
     from spica_core.evaluate.engine_args import build_engine_args, router_kwargs
     from spica_core.evaluate.replay import ReplaySpec
@@ -114,11 +139,12 @@ def _prepare(req: EvalRequest, timings: dict[str, float]) -> tuple[Candidate, An
                                            req.goal.sla_confidence)
     policy = make_policy(candidate, roles, planner_target(req.goal),
                          ttft_ms=sla.ttft_ms if sla else None, itl_ms=sla.itl_ms if sla else None)
-    workload = replay_workload(req.workload, trace_file=req.trace_file,
+    trace_file, left_out = _replayed_trace(req, candidate)
+    workload = replay_workload(req.workload, trace_file=trace_file,
                                concurrency=concurrency if kv_load is not None else None)
     spec = ReplaySpec(roles=roles, workload=workload, router=router_kwargs(candidate.router),
                       sla=sla_kwargs(req.goal, factors), scaling_policy=policy, capture_per_request=req.capture_per_request)
-    return candidate, spec, policy
+    return candidate, spec, policy, left_out if req.workload.over_context == "fail" else 0
 
 
 def evaluate_one(req: EvalRequest) -> Outcome:
@@ -135,7 +161,7 @@ def evaluate_one(req: EvalRequest) -> Outcome:
         return Outcome(status, candidate, reason, timings=timings, eval_id=req.eval_id, **kw)
 
     try:
-        candidate, spec, policy = _prepare(req, timings)
+        candidate, spec, policy, rejected = _prepare(req, timings)
     except (OverBudgetError, InfeasibleKVCapacityError) as exc:
         return outcome(Status.infeasible, str(exc))
     except (RejectedEngineArgsError, PlannerConfigError, SpicaError) as exc:
@@ -149,7 +175,7 @@ def evaluate_one(req: EvalRequest) -> Outcome:
         return outcome(Status.failed, f"replay error: {type(exc).__name__}: {exc}")
     timings["replay_s"] = float(result["replay_seconds"])
     t2 = time.perf_counter()
-    report = result["summary"]
+    report = with_rejected(result["summary"], rejected)
     planner = {}
     if policy is not None:
         planner = {"ticks": policy.ticks, "decisions": list(policy.decisions),

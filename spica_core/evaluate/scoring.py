@@ -16,7 +16,7 @@ from spica_core.errors import GoodputContractError
 # §4.3 candidate metrics, kept when present
 METRIC_KEYS = ("output_throughput_tok_s", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2e_latency_ms",
                "mean_output_token_throughput_per_user", "goodput_output_throughput_tok_s", "gpu_hours",
-               "duration_ms", "planner_total_ticks")
+               "duration_ms", "planner_total_ticks", "num_requests", "rejected_requests")
 
 
 
@@ -125,6 +125,7 @@ HEADLINE_KEYS = ("output_throughput_tok_s", "request_throughput_rps", "mean_outp
                  "mean_ttft_ms", "p99_ttft_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2e_latency_ms",
                  "p99_e2e_latency_ms", "goodput_output_throughput_tok_s", "goodput_request_throughput_rps",
                  "prefix_cache_reused_ratio", "gpu_hours", "duration_ms", "completed_requests", "num_requests",
+                 "rejected_requests",
                  "planner_total_ticks")
 
 

@@ -9,6 +9,7 @@ import json
 import math
 import random
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -41,6 +42,53 @@ def read_trace(path: str | Path) -> Iterator[TraceRow]:
             except (ValueError, KeyError, TypeError) as exc:
                 raise TraceError(f"{path}:{lineno}: not a mooncake row ({type(exc).__name__}); need timestamp, "
                                  "input_length, output_length") from None
+
+
+@dataclass(frozen=True)
+class FittedTrace:
+    """A trace with its requests over the context left out (workload.over_context drop or fail)."""
+
+    path: Path          # what the replay reads
+    kept: int           # requests replayed
+    left_out: int       # requests over the context
+
+
+def fitted_trace(path: str | Path, max_seq_len: int, directory: Path) -> FittedTrace:
+    """The trace without the requests whose input, or input + output, exceeds ``max_seq_len``.
+
+    Written once per (trace content, context length) under ``directory``, atomically, so every worker
+    process of a sweep replays the same file; read once per process for an unchanged file."""
+    source = Path(path).resolve()
+    stat = source.stat()
+    return _fitted(str(source), stat.st_size, stat.st_mtime_ns, int(max_seq_len), str(directory))
+
+
+@lru_cache(maxsize=8)
+def _fitted(path: str, size: int, mtime_ns: int, max_seq_len: int, directory: str) -> FittedTrace:
+    from spica_core.run.catalog import write_file
+    from spica_core.run.fingerprint import file_fingerprint
+
+    source = Path(path)
+    target = Path(directory) / f"fitted-{file_fingerprint(source)}-ctx{int(max_seq_len)}.jsonl"
+    kept: list[str] = []
+    left_out = 0
+    with open(source) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            isl = row["input_length"] if "input_length" in row else row["input_tokens"]
+            osl = row["output_length"] if "output_length" in row else row["output_tokens"]
+            if int(isl) + int(osl) > max_seq_len:
+                left_out += 1
+            else:
+                kept.append(line if line.endswith("\n") else line + "\n")
+    if not kept:
+        raise TraceError(f"{source}: every request exceeds the context length {max_seq_len:,}; nothing is left "
+                         "to replay (raise context_length, or pick a model with a longer context)")
+    if not target.is_file():
+        write_file(target, "".join(kept))
+    return FittedTrace(target, len(kept), left_out)
 
 
 def write_mooncake_trace(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:

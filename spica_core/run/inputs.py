@@ -11,7 +11,7 @@ from pathlib import Path
 
 from spica_core.config.model import SmartSearchConfig
 from spica_core.config.trace import TraceSummary, check_trace
-from spica_core.errors import ConfigError, Issue
+from spica_core.errors import ConfigError, Issue, SpicaError
 from spica_core.space.kv import max_seq_len
 from spica_core.space.precision import check_quantization
 from spica_core.evaluate.bands import load_bands
@@ -37,6 +37,23 @@ def with_overrides(config: SmartSearchConfig, seed: int | None = None,
                                        source="--" + " --".join(overrides))
 
 
+def over_context_note(config: SmartSearchConfig, trace_file: Path | None) -> str | None:
+    """What became of a trace's requests over the context (``workload.over_context`` drop or fail), for people."""
+    w, ss = config.workload, config.search_space
+    if trace_file is None or w.over_context == "refuse":
+        return None
+    try:
+        trace = check_trace(trace_file, max_seq_len=max_seq_len(ss.model_name, ss.context_length),
+                            over_context=w.over_context)
+    except (OSError, SpicaError) as exc:
+        return f"requests over the context could not be counted: {exc}"
+    if not trace.over_context_requests:
+        return "no request exceeds the context"
+    what = ("left out of the replay, so the metrics are over the rest" if w.over_context == "drop" else
+            "kept as requests the server rejects at once: they count in num_requests and miss the SLA")
+    return f"over the context: {trace.over_context_text()}, {what} (workload.over_context: {w.over_context})"
+
+
 def load_inputs(source: str | Path | SmartSearchConfig, seed: int | None = None, cluster: str | None = None) -> Inputs:
     """``source`` is a config file, or a config given inline (the Prefect form): its relative paths resolve
     against the working directory, a file's against its own folder. Raises ConfigError or TraceError
@@ -55,11 +72,13 @@ def load_inputs(source: str | Path | SmartSearchConfig, seed: int | None = None,
     longest = max_seq_len(space.model_name, space.context_length)
     trace_file = config.trace_file(base)
     if trace_file is not None:
-        return Inputs(config, trace_file, check_trace(trace_file, max_seq_len=longest))
+        return Inputs(config, trace_file, check_trace(trace_file, max_seq_len=longest,
+                                                      over_context=workload.over_context))
     isl, osl = workload.isl or 0, workload.osl or 0
     if isl + osl > longest:
         source = "context_length" if space.context_length is not None else f"{space.model_name}'s max context"
         raise ConfigError(str(path), [Issue("workload.isl", f"isl + osl = {isl + osl:,} tokens exceeds the context "
                                             f"length {longest:,} ({source}); a server with this context "
-                                            "cannot hold the request", isl, True)])
+                                            "cannot hold the request (workload.over_context applies to traces; "
+                                            "every synthetic request has this length)", isl, True)])
     return Inputs(config, None, None)
