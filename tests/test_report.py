@@ -209,9 +209,9 @@ def test_scalar_report_ranked_table_and_manifest_links() -> None:
     text = render_markdown(scalar_inputs(), {})
     results = section(text, "Results")
     assert "3 ranked candidates from 3 feasible evaluation(s); 2 emitted as manifests." in results
-    assert ("| 1 | disagg | vllm | bf16 | 1×TP1 + 1×TP2 | tp+tp | 3 | 1,800 tok/s | 2,400 tok/s | 100 ms | 10.0 ms | "
+    assert ("| 1 | disagg | vllm | 1×TP1 + 1×TP2 | tp+tp | 3 | bf16 P:4/16384 D:512/8192 rr | 1,800 tok/s | 2,400 tok/s | 100 ms | 10.0 ms | "
             "[manifests/rank-1.yaml](manifests/rank-1.yaml) |") in results
-    assert "| 3 | agg | vllm | bf16 | 1×TP1 | tp | 1 | 900 tok/s | 1,000 tok/s | 90.0 ms | — |  |" in results
+    assert "| 3 | agg | vllm | 1×TP1 | tp | 1 | bf16 A:128/8192 kv(1.0,4.0,0.0) | 900 tok/s | 1,000 tok/s | 90.0 ms | — |  |" in results
     files = section(text, "Files")
     assert ("- candidates: [candidates.parquet](candidates.parquet), [candidates.json](candidates.json), "
             "[candidates.csv](candidates.csv)") in files
@@ -336,7 +336,7 @@ def test_pareto_report_on_a_trace_workload(tmp_path: Path) -> None:
     assert "![requests per second over time](report/trace_rate.png)" in work
     results = section(text, "Results")
     assert "3 points of the Pareto front from 4 feasible evaluation(s); 2 emitted as manifests." in results
-    assert "| 2 | agg | vllm | bf16 | 1×TP2 | tp | 2 | 900 tok/s/GPU | 70.0 tok/s/user |" in results
+    assert "| 2 | agg | vllm | 1×TP2 | tp | 2 | bf16 A:256/8192 kv(1.0,4.0,0.0) | 900 tok/s/GPU | 70.0 tok/s/user |" in results
     winner = section(text, "The winner and why")
     assert "A Pareto front has no single winner" in winner
     assert ("rank 1 is better on throughput_per_gpu and worse on throughput_per_user") in winner
@@ -399,3 +399,14 @@ def test_the_report_shows_each_latency_with_its_band_and_the_confidence_check() 
     goal = section(text, "Goal and SLA")
     assert "- SLA confidence: 0.5 — the point prediction" in goal
     assert "at confidence 0.9 the top 3 would rank: rank 2 (20.0), rank 1 (10.0), rank 3 (failed) — a different order" in goal
+
+
+def test_the_results_table_lists_the_top_20_and_points_at_the_csv() -> None:
+    from dataclasses import replace
+
+    base = scalar_inputs()
+    many = tuple(replace(base.records[i % len(base.records)], rank=i + 1) for i in range(25))
+    results = section(render_markdown(replace(base, records=many), {}), "Results")
+    ranks = [int(m.group(1)) for m in re.finditer(r"^\| (\d+) \|", results, re.M)]
+    assert ranks == list(range(1, 21))
+    assert "The top 20 of 25 are shown; every candidate is in [candidates.csv](candidates.csv)." in results

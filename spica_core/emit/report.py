@@ -439,10 +439,10 @@ def _no_candidate(tally: Tally) -> list[str]:
 def _candidates_table(inputs: ReportInputs, goal: _Goal) -> list[str]:
     emitted = set(inputs.emitted)
     value_cols = [f"{o} ({_target_label(o)[1]})" for o in goal.objectives]
-    header = ["rank", "mode", "backend", "precision", "parallel", "strategy", "GPUs", *value_cols,
-              "throughput", "TTFT mean (band)", "ITL mean (band)", "manifest"]
+    header = ["rank", "mode", "backend", "parallel", "strategy", "GPUs", "precision / batching / router / planner",
+              *value_cols, "throughput", "TTFT mean (band)", "ITL mean (band)", "manifest"]
     rows = []
-    for r in inputs.records:
+    for r in inputs.records[:TABLE_ROWS]:
         m = derived_metrics(r.metrics)
         c = r.candidate
         if goal.pareto:
@@ -452,11 +452,18 @@ def _candidates_table(inputs: ReportInputs, goal: _Goal) -> list[str]:
         itl = m.get("mean_itl_ms", m.get("mean_tpot_ms"))
         link = inputs.manifests.get(r.rank)
         manifest = f"[{link}]({link})" if link else ("emitted" if r.rank in emitted else "")
-        rows.append([r.rank, c.mode, c.backend, c.precision.label(), c.parallel.label(),
-                     config_strategy(c.parallel), r.used_gpus, *values, fmt(m.get("output_throughput_tok_s"), "tok/s"),
+        rows.append([r.rank, c.mode, c.backend, c.parallel.label(), config_strategy(c.parallel), r.used_gpus,
+                     c.knobs_label(), *values, fmt(m.get("output_throughput_tok_s"), "tok/s"),
                      _with_band(m.get("mean_ttft_ms"), r.bands.get("ttft_ms")),
                      _with_band(itl, r.bands.get("itl_ms")), manifest])
-    return [*_table(header, rows), ""]
+    lines = _table(header, rows)
+    if len(inputs.records) > TABLE_ROWS:
+        lines += ["", f"The top {TABLE_ROWS} of {fmt(len(inputs.records))} are shown; every candidate is in "
+                      "[candidates.csv](candidates.csv)."]
+    return [*lines, ""]
+
+
+TABLE_ROWS = 20  # the results table's length; candidates.csv has every candidate
 
 
 def _with_band(value: float | None, band: Band | None) -> str:
