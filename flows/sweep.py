@@ -96,7 +96,8 @@ def _search_and_rank(run: ValidatedRun, show_progress: bool) -> SweepSummary:
     emitted = emit_task(run, ranking, trials)
     tally = Tally.of(trials)
     publish_summary(run.identity.run_id, config, ranking, tally, str(run.run_dir.path),
-                    str(emitted.report.markdown) if emitted.report else None)
+                    str(emitted.report.markdown) if emitted.report else None,
+                    emitted.records[0].headroom if emitted.records else None)
     dropped = ([f"dropped planner policies {run.policies.dropped}: {run.policies.reason}"]
                if run.policies.dropped else [])
     return SweepSummary(run_dir=str(run.run_dir.path), run_id=run.identity.run_id, pareto=config.goal.is_pareto,

@@ -95,7 +95,7 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def render_text(outcome: Any, goal: Any) -> str:
+def render_text(outcome: Any, goal: Any, headroom: Any = None) -> str:
     from spica_core.evaluate import headline
 
     sample = outcome.candidate.to_sample()
@@ -120,6 +120,8 @@ def render_text(outcome: Any, goal: Any) -> str:
         lines.append(f"goal: {goal.target.value}"
                      + (f" (sla {goal.sla.model_dump(exclude_none=True)}{confidence})" if goal.sla else ""))
         lines.append(f"score: {_fmt(outcome.score)}")
+        lines.append("headroom: " + (headroom.text() + f" ({headroom.evaluations} extra replays)" if headroom
+                                     else "no SLA, so no headroom"))
         if outcome.objectives:
             lines.append("objectives: " + ", ".join(f"{k}={_fmt(v)}" for k, v in outcome.objectives.items()))
     t = outcome.timings
@@ -128,12 +130,15 @@ def render_text(outcome: Any, goal: Any) -> str:
     return "\n".join(lines)
 
 
-def render_json(outcome: Any, goal: Any) -> str:
+def render_json(outcome: Any, goal: Any, headroom: Any = None) -> str:
     from spica_core.evaluate import headline
 
     body = {"status": outcome.status.value, "reason": outcome.reason, "sample": outcome.candidate.to_sample(),
             "metrics": headline(outcome.report) if outcome.feasible else {},
             "bands": {k: b.to_dict() for k, b in outcome.bands.items()},
+            "headroom": ({k: v for k, v in headroom.to_dict().items() if k in ("scale", "attainment", "evaluations",
+                                                                               "capped", "below_floor")}
+                         if headroom else None),
             "score": outcome.score, "objectives": outcome.objectives, "goal": goal.model_dump(mode="json"),
             "planner": {k: v for k, v in outcome.planner.items() if k != "decisions"} if outcome.planner else None,
             "timings": outcome.timings}
@@ -153,7 +158,12 @@ def evaluate_command(config_path: str, as_json: bool) -> int:
             outcome = pool.evaluate_batch([request])[0]
     else:
         outcome = evaluate_one(request)
-    print(render_json(outcome, config.goal) if as_json else render_text(outcome, config.goal))
+    headroom = None
+    if outcome.feasible and config.goal.sla is not None:
+        from spica_core.evaluate.headroom import attainment, find_headroom
+
+        headroom = find_headroom(request, attainment(outcome))
+    print(render_json(outcome, config.goal, headroom) if as_json else render_text(outcome, config.goal, headroom))
     return EXIT_OK if outcome.feasible else EXIT_NO_RESULT
 
 

@@ -26,6 +26,9 @@ def show_command(run_dir: str) -> int:
     goal = run.config.goal
     lines = candidate_table(run.records, goal.is_pareto, [o.value for o in goal.objectives])
     lines += ["", *tally_lines(run.tally)]
+    lines += [f"headroom of rank {r.rank}: {r.headroom.text()}" for r in run.records if r.headroom is not None]
+    if run.config.goal.sla is None:
+        lines.append("headroom: no SLA, so no headroom")
     note = over_context_note(run.config, run.trace_file)
     if note:
         lines.append(note)

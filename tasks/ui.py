@@ -18,6 +18,7 @@ from prefect.logging import get_run_logger
 from spica_core.config.model import MINIMIZED_TARGETS, SmartSearchConfig
 from spica_core.emit.report import OBJECTIVE_LABELS, fmt
 from spica_core.evaluate.bands import Band
+from spica_core.evaluate.headroom import Headroom
 from spica_core.search import RankedCandidate, Tally, Trial
 
 
@@ -159,7 +160,7 @@ def publish_ranking(run_id: str, config: SmartSearchConfig, ranking: Sequence[Ra
 
 
 def publish_summary(run_id: str, config: SmartSearchConfig, ranking: Sequence[RankedCandidate], tally: Tally,
-                    run_dir: str, report: str | None) -> None:
+                    run_dir: str, report: str | None, headroom: Headroom | None = None) -> None:
     """The flow run's markdown summary: the winner, its settings, its metrics against the SLA, where it all is."""
     if not in_flow_run():
         return
@@ -174,6 +175,7 @@ def publish_summary(run_id: str, config: SmartSearchConfig, ranking: Sequence[Ra
                   f"- TTFT: {_sla_text(config, dict(w.metrics), 'mean_ttft_ms', sla.ttft_ms if sla else None)}",
                   f"- ITL: {_sla_text(config, dict(w.metrics), 'mean_tpot_ms', sla.itl_ms if sla else None)}",
                   f"- throughput: {fmt(w.metrics.get('output_throughput_tok_s'), 'tok/s')}",
+                  f"- headroom: {headroom.text() if headroom else 'no SLA, so no headroom' if sla is None else '—'}",
                   f"- found in round {w.round + 1}, trial {w.trial + 1}"]
     else:
         reasons = "; ".join(f"{n} × {r}" for r, n in tally.top_reasons()) or "no evaluations"

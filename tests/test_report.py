@@ -385,7 +385,7 @@ def test_no_feasible_candidate_still_renders_with_the_reasons(tmp_path: Path) ->
 def test_the_report_shows_each_latency_with_its_band_and_the_confidence_check() -> None:
     from dataclasses import replace
 
-    from spica_core.emit.confidence import ConfidenceCheck
+    from spica_core.emit.rechecks import ConfidenceCheck
     from spica_core.evaluate.bands import Band
 
     base = scalar_inputs()

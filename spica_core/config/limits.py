@@ -48,6 +48,8 @@ EVAL_SECONDS = Limit(86_400, "seconds (a day) for one replay")
 STARTUP_SECONDS = Limit(86_400, "seconds (a day) for a worker to start")
 G2_BLOCKS = Limit(100_000_000, "host KV blocks, more than any host's memory holds")
 SEED = Limit(2**63 - 1, "a seed is stored as a 64-bit integer")
+TRAFFIC_SCALE = Limit(64, "times today's traffic (goal.headroom_max, goal.robust_scale): each scaled replay "
+                          "replays that many times the requests per second or in flight")
 
 DEFAULT_PER_ROUND = 16  # candidates per round when neither candidates_per_round nor parallel_evals is set
 

@@ -452,6 +452,11 @@ class OptimizationGoal(_Model):
     sla_confidence: Annotated[float, Field(ge=0.5, le=0.99), BeforeValidator(_no_bool)] = Field(
         default=0.5, description="the SLA must hold at this quantile of the candidate's error band on measured "
                                  "GPUs; 0.5 is the point prediction")
+    headroom_max: Annotated[float, Field(ge=1, json_schema_extra={"maximum": limits.TRAFFIC_SCALE.maximum}),
+                            BeforeValidator(_no_bool), _at_most(limits.TRAFFIC_SCALE)] = Field(
+        default=4.0, description="the largest traffic scale headroom looks for")
+    headroom_attainment: Annotated[float, Field(gt=0, le=1), BeforeValidator(_no_bool)] = Field(
+        default=0.9, description="the share of requests that must meet the SLA for a traffic scale to hold")
 
     @property
     def objectives(self) -> tuple[OptimizationTarget, ...]:

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from spica_core.config.model import OptimizationGoal, SmartSearchConfig
 from spica_core.emit.aic_estimate import AICEstimate, aic_estimate
-from spica_core.emit.confidence import ConfidenceCheck
+from spica_core.emit.rechecks import ConfidenceCheck
 from spica_core.emit.crd import check_manifest
 from spica_core.emit.manifests import ManifestOptions, manifest, manifest_yaml
 from spica_core.emit.records import CandidateRecord, Provenance, to_csv

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 from spica_core.evaluate.bands import Band, bands_from_dict, bands_to_dict
 from spica_core.evaluate.candidate import Candidate
+from spica_core.evaluate.headroom import Headroom
 from spica_core.search.ranking import RankedCandidate
 
 
@@ -52,6 +53,7 @@ class CandidateRecord:
     tally: dict[str, Any] = field(default_factory=dict)   # the run's outcome counts and reasons
     provenance: Provenance | None = None
     bands: dict[str, Band] = field(default_factory=dict)  # the error band on each predicted latency
+    headroom: Headroom | None = None     # emitted candidates under an SLA: how much more traffic they take
 
     @classmethod
     def of(cls, ranked: RankedCandidate, tally: Mapping[str, Any], provenance: Provenance) -> CandidateRecord:
@@ -66,7 +68,8 @@ class CandidateRecord:
 
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "score": self.score, "used_gpus": self.used_gpus, "config": self.config,
-                "metrics": self.metrics, "bands": bands_to_dict(self.bands), "objectives": self.objectives,
+                "metrics": self.metrics, "bands": bands_to_dict(self.bands),
+                "headroom": self.headroom.to_dict() if self.headroom else None, "objectives": self.objectives,
                 "round": self.round, "trial": self.trial,
                 "tally": self.tally, "provenance": self.provenance.to_dict() if self.provenance else None}
 
@@ -77,7 +80,8 @@ class CandidateRecord:
                    Candidate.from_sample(data["config"]), dict(data["metrics"]),
                    dict(data["objectives"]) if data.get("objectives") else None, int(data["round"]),
                    int(data["trial"]), dict(data.get("tally") or {}),
-                   Provenance.from_dict(provenance) if provenance else None, bands_from_dict(data.get("bands")))
+                   Provenance.from_dict(provenance) if provenance else None, bands_from_dict(data.get("bands")),
+                   Headroom.from_dict(data["headroom"]) if data.get("headroom") else None)
 
     def to_row(self) -> dict[str, Any]:
         """A ``candidates.parquet`` row: scalars as columns, nested values as canonical JSON."""
@@ -88,7 +92,8 @@ class CandidateRecord:
                 "objectives_json": _json(self.objectives) if self.objectives else None,
                 "tally_json": _json(self.tally),
                 "provenance_json": _json(self.provenance.to_dict()) if self.provenance else None,
-                "bands_json": _json(bands_to_dict(self.bands))}
+                "bands_json": _json(bands_to_dict(self.bands)),
+                "headroom_json": _json(self.headroom.to_dict()) if self.headroom else None}
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> CandidateRecord:
@@ -96,6 +101,7 @@ class CandidateRecord:
                               "config": json.loads(row["config_json"]), "metrics": json.loads(row["metrics_json"]),
                               "objectives": json.loads(row["objectives_json"]) if row["objectives_json"] else None,
                               "tally": json.loads(row["tally_json"]), "bands": json.loads(row["bands_json"] or "{}"),
+                              "headroom": json.loads(row["headroom_json"]) if row["headroom_json"] else None,
                               "provenance": json.loads(row["provenance_json"]) if row["provenance_json"] else None})
 
     def flat(self) -> dict[str, Any]:
@@ -104,6 +110,10 @@ class CandidateRecord:
                                "round": self.round, "trial": self.trial}
         bands = {f"{metric}.{q}": getattr(band, q) for metric, band in self.bands.items()
                  for q in ("p10", "p50", "p90", "rows", "group", "spread")}
+        if self.headroom is not None:
+            h = self.headroom
+            out.update({"headroom.scale": h.scale, "headroom.attainment": h.attainment,
+                        "headroom.evaluations": h.evaluations, "headroom.capped": h.capped})
         for prefix, values in (("config", self.config), ("metrics", self.metrics), ("bands", bands),
                                ("objectives", self.objectives or {})):
             for key, value in values.items():

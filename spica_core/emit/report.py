@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spica_core.config.model import MINIMIZED_TARGETS, OptimizationTarget, SmartSearchConfig
-from spica_core.emit.confidence import CHECK_CONFIDENCE, ConfidenceCheck, sla_moves_score
+from spica_core.emit.rechecks import CHECK_CONFIDENCE, ConfidenceCheck, sla_moves_score
 from spica_core.emit.records import CandidateRecord, Provenance
 from spica_core.evaluate.bands import Band
 from spica_core.errors import SpicaError
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 PLOTS_DIR = "report"
-PLOT_NAMES = ("front", "progress", "by_backend", "trace_rate")
+PLOT_NAMES = ("front", "progress", "by_backend", "headroom", "trace_rate")
 CANDIDATE_FILES = ("candidates.parquet", "candidates.json", "candidates.csv")
 FIGSIZE = (6.0, 4.0)
 DPI = 110
@@ -422,7 +422,28 @@ def _results_section(inputs: ReportInputs, goal: _Goal, plots: Mapping[str, str]
             lines += [f"![{caption}]({plots[name]})", ""]
     if inputs.records:
         lines += _candidates_table(inputs, goal)
+        lines += _headroom_lines(inputs, plots)
     return lines
+
+
+def _headroom_lines(inputs: ReportInputs, plots: Mapping[str, str]) -> list[str]:
+    """How much more traffic the emitted candidates take before their SLA breaks."""
+    goal = inputs.config.goal
+    lines = ["### Headroom", ""]
+    if goal.sla is None:
+        return [*lines, "No SLA, so no headroom: nothing breaks as traffic grows.", ""]
+    measured = [r for r in inputs.records if r.headroom is not None]
+    if not measured:
+        return [*lines, "Not measured for these candidates (`spica emit` replays nothing).", ""]
+    lines.append(f"The largest traffic scale (up to {fmt(goal.headroom_max)}×) at which at least "
+                 f"{fmt(goal.headroom_attainment * 100)} % of requests meet the SLA, found by bisection to 5 %:")
+    lines.append("")
+    for r in measured:
+        assert r.headroom is not None
+        lines.append(f"- rank {r.rank} ({_describe(r)}): {r.headroom.text()}, {r.headroom.evaluations} extra replays")
+    if "headroom" in plots:
+        lines += ["", f"![SLA attainment against traffic scale]({plots['headroom']})"]
+    return [*lines, ""]
 
 
 def _no_candidate(tally: Tally) -> list[str]:
@@ -813,6 +834,26 @@ def plot_progress(inputs: ReportInputs) -> bytes | None:
     return _png(fig)
 
 
+def plot_headroom(inputs: ReportInputs) -> bytes | None:
+    """SLA attainment against traffic scale for the candidates whose headroom was measured."""
+    measured = [r for r in inputs.records if r.headroom is not None and r.headroom.points]
+    if not measured:
+        return None
+    fig, ax = _figure()
+    for r in measured:
+        assert r.headroom is not None
+        xs, ys = zip(*r.headroom.points)
+        ax.plot(xs, ys, "o-", ms=3, lw=1.2, label=f"rank {r.rank}: {r.candidate.parallel.label()}")
+    ax.axhline(inputs.config.goal.headroom_attainment, color="grey", lw=0.8, ls="--")
+    ax.axvline(1.0, color="grey", lw=0.8, ls=":")
+    ax.set_xscale("log")
+    ax.set_xlabel("traffic scale (× today's)")
+    ax.set_ylabel("share of requests meeting the SLA")
+    ax.set_title("SLA attainment against traffic", fontsize=10)
+    ax.legend(fontsize=8, loc="best")
+    return _png(fig)
+
+
 def backend_groups(inputs: ReportInputs) -> dict[str, list[float]]:
     """``backend / mode strategy`` -> the first objective's value of each feasible trial."""
     goal = _Goal(inputs)
@@ -870,7 +911,7 @@ def draw_plots(inputs: ReportInputs) -> dict[str, bytes]:
     """Every plot the inputs can fill, as PNG bytes by name (a plot with no data is left out)."""
     out: dict[str, bytes] = {}
     drawers: dict[str, Any] = {"front": lambda: plot_front(inputs), "progress": lambda: plot_progress(inputs),
-                               "by_backend": lambda: plot_by_backend(inputs)}
+                               "by_backend": lambda: plot_by_backend(inputs), "headroom": lambda: plot_headroom(inputs)}
     if inputs.config.workload.is_trace and inputs.trace_file is not None and inputs.trace_file.is_file():
         drawers["trace_rate"] = lambda: plot_trace_rate(inputs.trace_file)  # type: ignore[arg-type]
     for name, draw in drawers.items():

@@ -16,7 +16,7 @@ from spica_core.errors import GoodputContractError
 # §4.3 candidate metrics, kept when present
 METRIC_KEYS = ("output_throughput_tok_s", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2e_latency_ms",
                "mean_output_token_throughput_per_user", "goodput_output_throughput_tok_s", "gpu_hours",
-               "duration_ms", "planner_total_ticks", "num_requests", "rejected_requests")
+               "duration_ms", "planner_total_ticks", "num_requests", "goodput_completed_requests", "rejected_requests")
 
 
 

@@ -117,6 +117,7 @@ CANDIDATES_SCHEMA: Final = pa.schema([
     ("backend", pa.string()), ("parallel", pa.string()), ("round", pa.int64()), ("trial", pa.int64()),
     ("config_json", pa.string()), ("metrics_json", pa.string()), ("objectives_json", pa.string()),
     ("tally_json", pa.string()), ("provenance_json", pa.string()), ("bands_json", pa.string()),
+    ("headroom_json", pa.string()),
 ])
 
 # Input names: "config" = the normalised config's fingerprint, "search_config" = the normalised config

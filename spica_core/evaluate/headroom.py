@@ -1,0 +1,139 @@
+"""Headroom: how much more traffic a candidate takes before its SLA breaks.
+
+The headroom of a candidate is the largest traffic scale s ≤ ``goal.headroom_max`` at which at least
+``goal.headroom_attainment`` of the requests meet the SLA (attainment = requests that met it ÷ all
+requests, rejected ones included). The scale multiplies the arrival rate on top of the workload's
+own ``arrival_speedup_ratio`` (an open-loop trace), the request rate (open-loop synthetic), or the
+number in flight (closed loop: ``concurrency``, ``replay_concurrency``, a ``kv_load_ratio``).
+
+It is found by bisection in log scale to 5 %, reusing the replay at today's traffic: the cap (or
+the floor, when today's traffic already misses) first, then halving the bracket. A candidate that
+misses at today's traffic has a headroom below 1 (0.6 holds only 60 % of today's traffic), searched
+down to ``FLOOR``. The bracket's known-good end is reported, so at 0.95 × the scale the attainment
+holds and at 1.1 × it does not (unless the scale is the cap), as far as attainment falls with load.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from spica_core.config.model import Workload
+from spica_core.evaluate.evaluator import EvalRequest, Outcome, evaluate_one
+
+TOLERANCE = 1.05   # the bracket's ratio when the search stops
+FLOOR = 1 / 16     # the smallest scale searched for a candidate that misses at today's traffic
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """The largest traffic scale that holds, its attainment, and the extra replays it took."""
+
+    scale: float
+    attainment: float
+    evaluations: int
+    capped: bool = False          # it holds at goal.headroom_max: the headroom is at least that
+    below_floor: bool = False     # it misses even at FLOOR × today's traffic
+    points: tuple[tuple[float, float], ...] = ()   # (scale, attainment) of every replay, 1 included
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["points"] = [list(p) for p in self.points]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Headroom:
+        return cls(float(data["scale"]), float(data["attainment"]), int(data["evaluations"]),
+                   bool(data.get("capped")), bool(data.get("below_floor")),
+                   tuple((float(s), float(a)) for s, a in data.get("points", ())))
+
+    def text(self) -> str:
+        """``1.8× today's traffic (attainment 0.91)``, ``≥ 4× …`` at the cap, ``< 0.0625× …`` below the floor."""
+        mark = "≥ " if self.capped else ("< " if self.below_floor else "")
+        return f"{mark}{self.scale:.3g}× today's traffic (attainment {self.attainment:.2f})"
+
+
+def scaled_workload(workload: Workload, scale: float) -> Workload:
+    """The workload with ``scale`` × today's traffic (rate for an open loop, requests in flight for a closed one)."""
+    if scale == 1.0:
+        return workload
+    if workload.is_trace:
+        if workload.replay_concurrency is not None:
+            return workload.model_copy(update={"replay_concurrency": max(1, round(workload.replay_concurrency * scale))})
+        return workload.model_copy(update={"arrival_speedup_ratio": workload.arrival_speedup_ratio * scale})
+    if workload.request_rate is not None:
+        return workload.model_copy(update={"request_rate": workload.request_rate * scale})
+    if workload.concurrency is not None:
+        return workload.model_copy(update={"concurrency": max(1, round(workload.concurrency * scale))})
+    return workload.model_copy(update={"kv_load_ratio": float(workload.kv_load_ratio) * scale})
+
+
+def scaled_request(req: EvalRequest, scale: float) -> EvalRequest:
+    """The same candidate under ``scale`` × today's traffic."""
+    ratio = req.kv_load_ratio
+    if ratio is None and req.candidate.kv_load is not None:
+        ratio = req.candidate.kv_load.ratio
+    return replace(req, workload=scaled_workload(req.workload, scale),
+                   kv_load_ratio=None if ratio is None else ratio * scale,
+                   eval_id=f"{req.eval_id}@{scale:.4g}")
+
+
+def attainment(outcome: Outcome) -> float:
+    """Requests that met the SLA ÷ all requests (0 for a candidate that failed at this traffic)."""
+    return metrics_attainment(outcome.report) if outcome.feasible else 0.0
+
+
+def metrics_attainment(metrics: Mapping[str, Any]) -> float | None:
+    """Attainment from a report or a trial's metrics; None when they do not hold the counts."""
+    total, good = metrics.get("num_requests"), metrics.get("goodput_completed_requests")
+    if total is None or good is None:
+        return None
+    return float(good) / float(total) if float(total) > 0 else 0.0
+
+
+def find_headroom(req: EvalRequest, today: float | None = None, *,
+                  evaluate: Callable[[EvalRequest], Outcome] = evaluate_one) -> Headroom | None:
+    """The candidate's headroom under ``req.goal``; None without an SLA (there is nothing to break).
+
+    ``today`` is the attainment at today's traffic when the caller has it (it is not replayed again).
+    """
+    goal = req.goal
+    if goal.sla is None:
+        return None
+    target, cap = goal.headroom_attainment, float(goal.headroom_max)
+    points: dict[float, float] = {}
+    replays = 0
+
+    def holds(scale: float) -> bool:
+        nonlocal replays
+        if scale not in points:
+            if scale == 1.0 and today is not None:
+                points[scale] = today
+            else:
+                points[scale] = attainment(evaluate(scaled_request(req, scale)))
+                replays += 1
+        return points[scale] >= target
+
+    def result(scale: float, **flags: bool) -> Headroom:
+        return Headroom(scale, points[scale], replays, points=tuple(sorted(points.items())), **flags)
+
+    if holds(1.0):
+        if cap == 1.0 or holds(cap):
+            return result(cap, capped=True)
+        lo, hi = 1.0, cap
+    else:
+        if not holds(FLOOR):
+            return result(FLOOR, below_floor=True)
+        lo, hi = FLOOR, 1.0
+    while hi / lo > TOLERANCE:
+        mid = math.sqrt(lo * hi)
+        if holds(mid):
+            lo = mid
+        else:
+            hi = mid
+    return result(lo)
+
+
+__all__ = ["Headroom", "find_headroom", "scaled_workload", "scaled_request", "attainment", "metrics_attainment",
+           "TOLERANCE", "FLOOR"]
