@@ -11,7 +11,8 @@ from spica_cli.main import main as spica
 from spica_core.config.model import SmartSearchConfig
 from spica_core.evaluate import EvalRequest, evaluate_one
 from spica_core.evaluate.candidate import Candidate
-from spica_core.evaluate.headroom import attainment, find_headroom, scaled_request, scaled_workload
+from spica_core.evaluate.headroom import attainment, find_headroom
+from spica_core.evaluate.workload import scaled_workload
 from spica_core.space.parallel import ParallelConfig
 
 SPACE = {"model_name": "Qwen/Qwen3-32B", "hardware_sku": "h200_sxm", "gpu_budget": 2, "deployment_mode": ["agg"],
@@ -56,8 +57,8 @@ def test_headroom_is_honest_and_costs_at_most_8_replays() -> None:
     assert h is not None and not h.capped and not h.below_floor
     assert 1 <= h.evaluations <= 8
     assert h.attainment >= 0.9 and dict(h.points)[h.scale] == h.attainment
-    assert attainment(evaluate_one(scaled_request(req, 0.95 * h.scale))) >= 0.9
-    assert attainment(evaluate_one(scaled_request(req, 1.1 * h.scale))) < 0.9
+    assert attainment(evaluate_one(req.scaled(0.95 * h.scale))) >= 0.9
+    assert attainment(evaluate_one(req.scaled(1.1 * h.scale))) < 0.9
 
 
 @pytest.mark.parametrize("field,value", [("headroom_attainment", 0), ("headroom_attainment", 1.5),
@@ -70,3 +71,32 @@ def test_bad_headroom_fields_exit_2_naming_them(tmp_path: Path, capsys: Any, fie
     assert spica(["validate", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"goal.{field}" in err and "Traceback" not in err
+
+
+def _robust(pc: dict[str, int], scale: float) -> Any:
+    space = {**SPACE, "gpu_budget": 4}
+    config = SmartSearchConfig.from_dict({
+        "search_space": space, "workload": {"isl": 2000, "osl": 200, "request_rate": 3.0, "num_request_ratio": 60},
+        "goal": {"target": "goodput_per_gpu", "sla": {"ttft_ms": 1000, "itl_ms": 30}, "robust_scale": scale}})
+    cand = Candidate.unroll(config.search_space, {"deployment_mode": "agg"}, ParallelConfig.from_dict("agg", pc))
+    return evaluate_one(EvalRequest.from_config(config, cand))
+
+
+def test_robust_ranking_reorders_a_candidate_near_its_sla_edge() -> None:
+    edge, roomy = {"tp": 2}, {"tp": 4}           # one TP2 is cheaper per GPU today, and breaks at twice the traffic
+    assert _robust(edge, 1.0).score > _robust(roomy, 1.0).score
+    e, r = _robust(edge, 2.0), _robust(roomy, 2.0)
+    assert r.score > e.score
+    assert e.score == min(e.metrics["plain_score"], e.metrics["robust_scale_score"])
+    assert e.metrics["plain_score"] == _robust(edge, 1.0).score       # the plain score is kept beside it
+
+
+@pytest.mark.parametrize("value", [0.5, 65, True])
+def test_a_bad_robust_scale_exits_2_naming_it(tmp_path: Path, capsys: Any, value: Any) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("search_space: {model_name: Qwen/Qwen3-32B, hardware_sku: h200_sxm}\n"
+                    "workload: {isl: 1000, osl: 100, num_request_ratio: 2, concurrency: 8}\n"
+                    f"goal: {{target: goodput, sla: {{ttft_ms: 500, itl_ms: 30}}, robust_scale: {json.dumps(value)}}}\n")
+    assert spica(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "goal.robust_scale" in err and "Traceback" not in err

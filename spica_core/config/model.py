@@ -457,6 +457,9 @@ class OptimizationGoal(_Model):
         default=4.0, description="the largest traffic scale headroom looks for")
     headroom_attainment: Annotated[float, Field(gt=0, le=1), BeforeValidator(_no_bool)] = Field(
         default=0.9, description="the share of requests that must meet the SLA for a traffic scale to hold")
+    robust_scale: Annotated[float, Field(ge=1, json_schema_extra={"maximum": limits.TRAFFIC_SCALE.maximum}),
+                            BeforeValidator(_no_bool), _at_most(limits.TRAFFIC_SCALE)] = Field(
+        default=1.0, description="rank by the worst score over traffic scales 1 and this (1: off)")
 
     @property
     def objectives(self) -> tuple[OptimizationTarget, ...]:

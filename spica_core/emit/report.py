@@ -460,6 +460,10 @@ def _no_candidate(tally: Tally) -> list[str]:
 def _candidates_table(inputs: ReportInputs, goal: _Goal) -> list[str]:
     emitted = set(inputs.emitted)
     value_cols = [f"{o} ({_target_label(o)[1]})" for o in goal.objectives]
+    scale = inputs.config.goal.robust_scale
+    robust = scale > 1 and not goal.pareto
+    if robust:
+        value_cols = [f"{value_cols[0]}, robust: the worse of 1× and {fmt(scale)}× traffic", "at today's traffic"]
     header = ["rank", "mode", "backend", "parallel", "strategy", "GPUs", "precision / batching / router / planner",
               *value_cols, "throughput", "TTFT mean (band)", "ITL mean (band)", "manifest"]
     rows = []
@@ -470,6 +474,9 @@ def _candidates_table(inputs: ReportInputs, goal: _Goal) -> list[str]:
             values = [fmt((r.objectives or {}).get(o), _target_label(o)[1]) for o in goal.objectives]
         else:
             values = [fmt(goal.raw(r.score), _target_label(goal.first)[1])]
+        if robust:
+            values.append(fmt(goal.raw(r.metrics["plain_score"]), _target_label(goal.first)[1])
+                          if "plain_score" in r.metrics else "—")
         itl = m.get("mean_itl_ms", m.get("mean_tpot_ms"))
         link = inputs.manifests.get(r.rank)
         manifest = f"[{link}]({link})" if link else ("emitted" if r.rank in emitted else "")

@@ -13,7 +13,7 @@ import os
 import time
 from pathlib import Path
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -50,6 +50,16 @@ class EvalRequest:
     capture_per_request: bool = False
     eval_id: str = ""
     with_bands: bool = True               # False only for bench/bench_accuracy.py, which makes the band file
+
+    def scaled(self, scale: float) -> EvalRequest:
+        """The same candidate under ``scale`` × today's traffic (headroom, robust ranking)."""
+        from spica_core.evaluate.workload import scaled_workload
+
+        ratio = self.kv_load_ratio
+        if ratio is None and self.candidate.kv_load is not None:
+            ratio = self.candidate.kv_load.ratio
+        return replace(self, workload=scaled_workload(self.workload, scale),
+                       kv_load_ratio=None if ratio is None else ratio * scale, eval_id=f"{self.eval_id}@{scale:.4g}")
 
     @classmethod
     def from_config(cls, config: SmartSearchConfig, candidate: Candidate, *, trace_file: str | None = None,
@@ -148,7 +158,41 @@ def _prepare(req: EvalRequest, timings: dict[str, float]) -> tuple[Candidate, An
 
 
 def evaluate_one(req: EvalRequest) -> Outcome:
-    """Evaluate one candidate in this process; never raises for a bad candidate."""
+    """Evaluate one candidate in this process; never raises for a bad candidate.
+
+    With ``goal.robust_scale`` S > 1 the candidate is also replayed at S × today's traffic, and its score
+    (and each Pareto objective) is the worse of the two; the plain score stays in ``metrics``.
+    """
+    out = _evaluate(req)
+    scale = req.goal.robust_scale
+    if scale <= 1 or not out.feasible:
+        return out
+    plain = req.goal.model_copy(update={"robust_scale": 1.0})
+    grown = _evaluate(replace(req.scaled(scale), goal=plain))
+    if not grown.feasible:
+        return replace(out, status=grown.status, score=None, objectives=None,
+                       reason=f"at robust_scale {scale:g} × today's traffic: {grown.reason}")
+    return robust(req.goal, out, grown)
+
+
+def robust(goal: OptimizationGoal, today: Outcome, grown: Outcome) -> Outcome:
+    """``today`` with the worse of its own and ``grown``'s score and objectives (minimised ones: the larger)."""
+    from spica_core.config.model import MINIMIZED_TARGETS, OptimizationTarget
+
+    assert today.score is not None and grown.score is not None
+    metrics = {**today.metrics, "plain_score": today.score, "robust_scale_score": grown.score}
+    score = today.score if goal.is_pareto else min(today.score, grown.score)
+    objectives = None
+    if today.objectives is not None and grown.objectives is not None:
+        objectives = {k: (max if OptimizationTarget(k) in MINIMIZED_TARGETS else min)(v, grown.objectives[k])
+                      for k, v in today.objectives.items()}
+        score = objectives[goal.objectives[0].value]
+    timings = {**today.timings, "replay_s": today.timings.get("replay_s", 0.0) + grown.timings.get("replay_s", 0.0),
+               "total_s": today.timings.get("total_s", 0.0) + grown.timings.get("total_s", 0.0)}
+    return replace(today, score=score, objectives=objectives, metrics=metrics, timings=timings)
+
+
+def _evaluate(req: EvalRequest) -> Outcome:
     from spica_core.evaluate.replay import run_replay
     from spica_core.evaluate.scoring import candidate_metrics, objective_vector, score_report
 

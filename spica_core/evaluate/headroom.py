@@ -19,7 +19,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from spica_core.config.model import Workload
 from spica_core.evaluate.evaluator import EvalRequest, Outcome, evaluate_one
 
 TOLERANCE = 1.05   # the bracket's ratio when the search stops
@@ -54,31 +53,6 @@ class Headroom:
         return f"{mark}{self.scale:.3g}× today's traffic (attainment {self.attainment:.2f})"
 
 
-def scaled_workload(workload: Workload, scale: float) -> Workload:
-    """The workload with ``scale`` × today's traffic (rate for an open loop, requests in flight for a closed one)."""
-    if scale == 1.0:
-        return workload
-    if workload.is_trace:
-        if workload.replay_concurrency is not None:
-            return workload.model_copy(update={"replay_concurrency": max(1, round(workload.replay_concurrency * scale))})
-        return workload.model_copy(update={"arrival_speedup_ratio": workload.arrival_speedup_ratio * scale})
-    if workload.request_rate is not None:
-        return workload.model_copy(update={"request_rate": workload.request_rate * scale})
-    if workload.concurrency is not None:
-        return workload.model_copy(update={"concurrency": max(1, round(workload.concurrency * scale))})
-    return workload.model_copy(update={"kv_load_ratio": float(workload.kv_load_ratio) * scale})
-
-
-def scaled_request(req: EvalRequest, scale: float) -> EvalRequest:
-    """The same candidate under ``scale`` × today's traffic."""
-    ratio = req.kv_load_ratio
-    if ratio is None and req.candidate.kv_load is not None:
-        ratio = req.candidate.kv_load.ratio
-    return replace(req, workload=scaled_workload(req.workload, scale),
-                   kv_load_ratio=None if ratio is None else ratio * scale,
-                   eval_id=f"{req.eval_id}@{scale:.4g}")
-
-
 def attainment(outcome: Outcome) -> float:
     """Requests that met the SLA ÷ all requests (0 for a candidate that failed at this traffic)."""
     return metrics_attainment(outcome.report) if outcome.feasible else 0.0
@@ -101,6 +75,7 @@ def find_headroom(req: EvalRequest, today: float | None = None, *,
     goal = req.goal
     if goal.sla is None:
         return None
+    req = replace(req, goal=goal.model_copy(update={"robust_scale": 1.0}))  # one replay per scale
     target, cap = goal.headroom_attainment, float(goal.headroom_max)
     points: dict[float, float] = {}
     replays = 0
@@ -111,7 +86,7 @@ def find_headroom(req: EvalRequest, today: float | None = None, *,
             if scale == 1.0 and today is not None:
                 points[scale] = today
             else:
-                points[scale] = attainment(evaluate(scaled_request(req, scale)))
+                points[scale] = attainment(evaluate(req.scaled(scale)))
                 replays += 1
         return points[scale] >= target
 
@@ -135,5 +110,5 @@ def find_headroom(req: EvalRequest, today: float | None = None, *,
     return result(lo)
 
 
-__all__ = ["Headroom", "find_headroom", "scaled_workload", "scaled_request", "attainment", "metrics_attainment",
+__all__ = ["Headroom", "find_headroom", "attainment", "metrics_attainment",
            "TOLERANCE", "FLOOR"]

@@ -84,6 +84,21 @@ def replay_workload(workload: Workload, *, trace_file: str | None = None,
     return ReplayWorkload("synthetic", kwargs)
 
 
+def scaled_workload(workload: Workload, scale: float) -> Workload:
+    """The workload with ``scale`` × today's traffic (rate for an open loop, requests in flight for a closed one)."""
+    if scale == 1.0:
+        return workload
+    if workload.is_trace:
+        if workload.replay_concurrency is not None:
+            return workload.model_copy(update={"replay_concurrency": max(1, round(workload.replay_concurrency * scale))})
+        return workload.model_copy(update={"arrival_speedup_ratio": workload.arrival_speedup_ratio * scale})
+    if workload.request_rate is not None:
+        return workload.model_copy(update={"request_rate": workload.request_rate * scale})
+    if workload.concurrency is not None:
+        return workload.model_copy(update={"concurrency": max(1, round(workload.concurrency * scale))})
+    return workload.model_copy(update={"kv_load_ratio": float(workload.kv_load_ratio) * scale})
+
+
 def role_kv_capacity_tokens(candidate: Candidate, role: str) -> int:
     """§5.3 steps 1–3: usable per-rank tokens × attention_dp × replicas for one role."""
     rc = candidate.parallel.roles[role]
@@ -122,5 +137,5 @@ def resolve_kv_load(candidate: Candidate, workload: Workload, ratio: float) -> t
     return concurrency, KVLoad(float(ratio), capacity, capacity_concurrency, caps)
 
 
-__all__ = ["ReplayWorkload", "replay_workload", "request_count", "effective_in_flight_cap", "resolve_kv_load",
+__all__ = ["ReplayWorkload", "scaled_workload", "replay_workload", "request_count", "effective_in_flight_cap", "resolve_kv_load",
            "role_kv_capacity_tokens", "synthetic_arrival_interval_ms", "TRACE_BLOCK_SIZE"]
