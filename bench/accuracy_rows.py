@@ -1,0 +1,606 @@
+"""The pure parts of the accuracy benchmark: silicon rows → coverage → Spica configs, traces and summary maths.
+
+Nothing here runs a replay; ``bench/bench_accuracy.py`` drives the evaluations. Every decision a row
+goes through (which Spica model id, which precision pin, which parallel pin, why it is skipped) is a
+function of the row alone, so the tests can check it without the runtime.
+
+Protocol (``/work/shared/spec/accuracy.md`` §5): closed loop at c = ``batch_size``
+(``workload.replay_concurrency``), 10 × c measured requests, ISL and OSL each uniform integers in
+[⌊0.8·L⌋, L] with random non-shared ``hash_ids`` (prefix caching off anyway), batching from vLLM's
+defaults (8,192 batched tokens, ``max_num_seqs = max(256, c)``), round-robin routing, planner off.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+import os
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+TRACE_DIR = REPO / "bench" / "traces"
+REQUESTS_PER_CONCURRENCY = 10            # accuracy.md §5.2: 10 × c measured requests
+LENGTH_LOW_RATIO = 0.8                   # accuracy.md §5.3: uniform in [⌊0.8 L⌋, L]
+MAX_NUM_BATCHED_TOKENS = 8192            # vLLM's default on ≥ 70 GiB GPUs (accuracy.md §2, [V3])
+MIN_MAX_NUM_SEQS = 256                   # AISimulate's pin max(256, c) (accuracy.md §4)
+TRACE_BLOCK = 512                        # mooncake hash-id granularity (spica_core.config.trace)
+
+
+def silicon_csv() -> Path:
+    import aiconfigurator_core
+
+    return Path(aiconfigurator_core.__file__).resolve().parent / "systems" / "silicon_sample.csv"
+
+
+# ---------------------------------------------------------------- rows
+
+
+@dataclass(frozen=True)
+class SiliconRow:
+    """One measured row of aiconfigurator-core's silicon_sample.csv (the fields Spica reads)."""
+
+    id: str
+    source: str
+    model_path: str
+    system: str
+    backend: str
+    backend_version: str
+    precision: str
+    gemm_quant_mode: str
+    moe_quant_mode: str
+    mode: str
+    isl: int
+    osl: int
+    concurrency: int | None
+    batch_size: int | None
+    tp: int | None
+    pp: int | None
+    attention_dp: int | None
+    moe_tp: int | None
+    moe_ep: int | None
+    prefill: dict[str, int | None]
+    decode: dict[str, int | None]
+    ttft_ms: float
+    tpot_ms: float
+
+
+def _int(v: str | None) -> int | None:
+    if v is None or str(v).strip() in ("", "nan", "None"):
+        return None
+    return int(float(v))
+
+
+def _float(v: str | None) -> float:
+    try:
+        return float(v) if v not in (None, "") else math.nan
+    except ValueError:
+        return math.nan
+
+
+_ROLE_FIELDS = ("batch_size", "num_workers", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
+
+
+def parse_row(raw: Mapping[str, str]) -> SiliconRow:
+    def role(prefix: str) -> dict[str, int | None]:
+        return {k: _int(raw.get(f"{prefix}_{k}")) for k in _ROLE_FIELDS}
+
+    return SiliconRow(
+        id=raw["id"], source=raw.get("silicon_data_source", "") or "", model_path=raw["model_path"],
+        system=raw["system"], backend=raw["backend"], backend_version=raw.get("backend_version", "") or "",
+        precision=(raw.get("precision") or "bf16").strip() or "bf16",
+        gemm_quant_mode=(raw.get("gemm_quant_mode") or "").strip(), moe_quant_mode=(raw.get("moe_quant_mode") or "").strip(),
+        mode=raw["mode"], isl=int(float(raw["isl"])), osl=int(float(raw["osl"])),
+        concurrency=client_concurrency(raw), batch_size=_int(raw.get("batch_size")), tp=_int(raw.get("tp_size")), pp=_int(raw.get("pp_size")),
+        attention_dp=_int(raw.get("attention_dp_size")), moe_tp=_int(raw.get("moe_tp_size")),
+        moe_ep=_int(raw.get("moe_ep_size")), prefill=role("prefill"), decode=role("decode"),
+        ttft_ms=_float(raw.get("silicon_ttft_ms")), tpot_ms=_float(raw.get("silicon_tpot_ms")))
+
+
+def load_rows(path: str | Path | None = None) -> list[SiliconRow]:
+    with open(path or silicon_csv(), newline="") as f:
+        return [parse_row(r) for r in csv.DictReader(f)]
+
+
+def client_concurrency(raw: Mapping[str, str]) -> int | None:
+    """The client's max concurrency c: the source's ``silicon_concurrency=`` (``batch_size`` is per attention-DP
+    rank on DP rows, e.g. c=512 = batch_size 128 × ADP 4), else ``_c<N>_`` in the id, else batch_size × ADP
+    (agg) or decode_batch_size × decode workers × decode ADP (disagg)."""
+    m = re.search(r"silicon_concurrency=(\d+)", raw.get("silicon_data_source", "") or "")
+    if m:
+        return int(m.group(1))
+    m = re.search(r"_c(\d+)_", raw.get("id", ""))
+    if m:
+        return int(m.group(1))
+    b = _int(raw.get("batch_size"))
+    if b is not None:
+        return b * (_int(raw.get("attention_dp_size")) or 1)
+    db = _int(raw.get("decode_batch_size"))
+    if db is not None:
+        return db * (_int(raw.get("decode_num_workers")) or 1) * (_int(raw.get("decode_attention_dp_size")) or 1)
+    return None
+
+
+def measured_date(row: SiliconRow) -> str | None:
+    m = re.search(r"measured=(\d{4}-\d{2}-\d{2})", row.source)
+    return m.group(1) if m else None
+
+
+def source_kind(row: SiliconRow) -> str:
+    s = row.source
+    if s.startswith("db-dump/"):
+        return "inferencex-db-dump"
+    if "2026-04-06.csv" in s or "2026-03-25.csv" in s:
+        return "dated-csv"
+    if "gap-analysis" in s:
+        return "aic-gap-analysis"
+    return "other"
+
+
+# ---------------------------------------------------------------- model and precision
+
+
+# Near-spellings of a bundled id that name the same model (the same weights, or an instruct tune of the
+# same architecture whose step timing is identical), with the reason recorded on the row.
+MODEL_ALIASES: dict[str, tuple[str, str]] = {
+    "meta-llama/Llama-3.1-70B": ("meta-llama/Meta-Llama-3.1-70B",
+                                 "Llama-3.1-70B is Meta-Llama-3.1-70B (Meta's rename of the same checkpoint)"),
+    "meta-llama/Llama-3.1-8B-Instruct": ("meta-llama/Meta-Llama-3.1-8B",
+                                         "Llama-3.1-8B-Instruct is the instruct tune of Meta-Llama-3.1-8B "
+                                         "(same architecture and weight shapes)"),
+    "nvidia/Llama-3.1-8B-Instruct-FP8": ("meta-llama/Meta-Llama-3.1-8B",
+                                         "NVIDIA's FP8 export of Llama-3.1-8B-Instruct = Meta-Llama-3.1-8B "
+                                         "quantized to fp8"),
+    "nvidia/Qwen3-32B-NVFP4": ("Qwen/Qwen3-32B", "NVIDIA's NVFP4 export of Qwen3-32B = Qwen/Qwen3-32B quantized "
+                               "to nvfp4"),
+    "zhipuai/GLM-5": ("zai-org/GLM-5", "zhipuai/GLM-5 is zai-org/GLM-5 (the org's old name)"),
+}
+
+# Pre-quantized bundled checkpoints of the same model, chosen when the row ran that precision family.
+FAMILY_CHECKPOINTS: dict[tuple[str, str], str] = {
+    ("MiniMaxAI/MiniMax-M2.5", "fp4"): "nvidia/MiniMax-M2.5-NVFP4",
+    ("moonshotai/Kimi-K2.5", "fp4"): "nvidia/Kimi-K2.5-NVFP4",
+    ("Qwen/Qwen3.5-397B-A17B", "fp4"): "nvidia/Qwen3.5-397B-A17B-NVFP4",
+    ("zai-org/GLM-5", "fp4"): "nvidia/GLM-5-NVFP4",
+    ("zai-org/GLM-5", "fp8"): "zai-org/GLM-5-FP8",
+    ("Qwen/Qwen3-235B-A22B-FP8", "fp4"): "nvidia/Qwen3-235B-A22B-NVFP4",
+}
+
+_FAMILIES = {"bfloat16": "bf16", "bf16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "fp8_static": "fp8",
+             "nvfp4": "fp4", "w4a16_mxfp4": "fp4", "mxfp4": "fp4", "w4a8_mxfp4_mxfp8": "fp4",
+             "int4_wo": "int4", "w4afp8": "int4"}
+
+
+def family(mode: str) -> str:
+    return _FAMILIES.get(mode, mode)
+
+
+def spica_quant(mode: str) -> str:
+    return "bf16" if mode in ("", "bfloat16") else mode
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What a bundled checkpoint runs natively: Spica's quantization name and its dense/expert modes."""
+
+    name: str
+    quantization: str      # Spica name, experts first for a mixed MoE checkpoint (precision.checkpoint_quantization)
+    gemm: str
+    moe: str
+    is_moe: bool
+
+
+def checkpoint_of(model: str) -> Checkpoint:
+    from spica_core.space.facts import model_facts
+
+    f = model_facts(model)
+    if hasattr(f, "gemm_quant_mode"):
+        gemm, moe = spica_quant(f.gemm_quant_mode), spica_quant(f.moe_quant_mode)
+    else:  # an older ModelFacts: ask AIC the way model_facts does
+        gemm, moe = _aic_checkpoint_modes(model)
+    q = moe if (f.is_moe and moe != gemm) else gemm
+    return Checkpoint(model, q, gemm, moe, bool(f.is_moe))
+
+
+def _aic_checkpoint_modes(model: str) -> tuple[str, str]:
+    from aiconfigurator_core.sdk.config_builders import build_model_config
+    from aiconfigurator_core.sdk.models import get_model
+
+    last: Exception | None = None
+    for backend in ("trtllm", "vllm", "sglang"):
+        try:
+            mc = build_model_config(tp_size=1, pp_size=1, attention_dp_size=1, moe_tp_size=1, moe_ep_size=1,
+                                    kvcache_quant_mode="bfloat16")
+            m = get_model(model, mc, backend)
+            return spica_quant(m.config.gemm_quant_mode.name), spica_quant(m.config.moe_quant_mode.name)
+        except Exception as exc:  # noqa: BLE001
+            last = exc
+    raise RuntimeError(f"aiconfigurator-core cannot build {model}: {last}")
+
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    model: str                      # the Spica model id
+    quantization: str | None        # the pin (None = the checkpoint's own precision)
+    note: str                       # why (goes to the row's notes)
+
+
+def choose_precision(row: SiliconRow, bundled: Sequence[str], checkpoint: Any = checkpoint_of,
+                     quantization_available: bool = True) -> PrecisionChoice | str:
+    """The Spica model id and quantization pin for a row, or the reason it cannot be expressed.
+
+    1. the model: a bundled id as written, else a near-spelling of the same model (MODEL_ALIASES);
+    2. a row that ran a precision family for which a bundled pre-quantized checkpoint of the same model
+       exists (FAMILY_CHECKPOINTS) uses it;
+    3. the row's modes equal the checkpoint's own → no pin; a pre-quantized checkpoint whose own scheme is
+       in the row's family (e.g. block-FP8 weights, row labelled fp8) → no pin, noted: the engine serves the
+       checkpoint's weights, it cannot re-quantize them;
+    4. a bf16 checkpoint whose row ran one quant mode on GEMMs and experts → ``quantization`` pin;
+    5. anything else is inexpressible.
+    """
+    notes: list[str] = []
+    name = row.model_path
+    if name not in bundled:
+        if name not in MODEL_ALIASES:
+            return f"model {name} is not an aiconfigurator-core bundled id and has no same-model bundled spelling"
+        name, why = MODEL_ALIASES[name]
+        notes.append(why)
+    gemm = spica_quant(row.gemm_quant_mode or "bf16")
+    moe = spica_quant(row.moe_quant_mode or gemm)
+    fam = family(gemm) if family(gemm) == family(moe) else None
+    if fam is not None and (name, fam) in FAMILY_CHECKPOINTS and FAMILY_CHECKPOINTS[(name, fam)] in bundled:
+        alt = FAMILY_CHECKPOINTS[(name, fam)]
+        notes.append(f"{fam} row served from {alt}, the bundled {fam} checkpoint of {name}")
+        name = alt
+    ck = checkpoint(name)
+    row_modes = (gemm, moe) if ck.is_moe else (gemm, gemm)
+    own_modes = (ck.gemm, ck.moe) if ck.is_moe else (ck.gemm, ck.gemm)
+    if row_modes == own_modes or (ck.is_moe and gemm == moe == ck.quantization):
+        return PrecisionChoice(name, None, "; ".join(notes))
+    if ck.quantization != "bf16":
+        own_family = family(ck.quantization)
+        if family(gemm) == family(moe if ck.is_moe else gemm) == own_family:
+            notes.append(f"row labelled gemm {gemm}/moe {moe}; {name} is a pre-quantized {ck.gemm}/{ck.moe} "
+                         "checkpoint of the same family, served at its own precision (no pin)")
+            return PrecisionChoice(name, None, "; ".join(notes))
+        return (f"precision: row gemm {gemm}/moe {moe} on pre-quantized {ck.gemm}/{ck.moe} checkpoint {name} "
+                "(a pre-quantized checkpoint runs only at its own precision)")
+    if ck.is_moe and gemm != moe:
+        return (f"precision: gemm {gemm} and moe {moe} differ from each other and from the checkpoint's "
+                f"{ck.quantization} (one quantization pin covers both)")
+    if not quantization_available:
+        return f"precision: needs search_space.quantization {gemm} (not available in this Spica)"
+    notes.append(f"quantization pinned to {gemm} (checkpoint {ck.quantization})")
+    return PrecisionChoice(name, gemm, "; ".join(notes))
+
+
+# ---------------------------------------------------------------- shape and load
+
+
+@dataclass
+class RowPlan:
+    """A covered row: everything its Spica config needs."""
+
+    row: SiliconRow
+    model: str
+    quantization: str | None
+    mode: str
+    parallel: dict[str, Any]
+    concurrency: int
+    notes: str = ""
+    warmup_requests: int = 0
+    gpus: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def kv_cache_dtype(self) -> str:
+        """fp8 KV for FP8/FP4 rows (the low-precision recipes serve an fp8 KV cache), else bf16."""
+        return kv_dtype_for(self.row)
+
+    @property
+    def measured_requests(self) -> int:
+        return REQUESTS_PER_CONCURRENCY * self.concurrency
+
+    @property
+    def total_requests(self) -> int:
+        return self.measured_requests + self.warmup_requests
+
+
+def kv_dtype_for(row: SiliconRow) -> str:
+    gemm = spica_quant(row.gemm_quant_mode or "bf16")
+    moe = spica_quant(row.moe_quant_mode or gemm)
+    return "fp8" if family(gemm) in ("fp8", "fp4") and family(moe) in ("fp8", "fp4") else "bf16"
+
+
+def _role_shape(tp: int | None, dp: int | None, moe_tp: int | None, moe_ep: int | None, is_moe: bool) -> dict[str, int]:
+    tp, dp = int(tp or 1), int(dp or 1)
+    shape = {"tp": tp, "attention_dp": dp}
+    if is_moe:
+        shape["moe_tp"] = int(moe_tp or 1)
+        shape["moe_ep"] = int(moe_ep or 1)
+    return shape
+
+
+def agg_replicas(row: SiliconRow) -> int:
+    """k agg replicas when c is a multiple k > 1 of batch_size × ADP (29 AIC gap-analysis rows): each replica
+    then carries the batch the row names (the same reading as bench/peer_aisim.py)."""
+    per = (row.batch_size or 0) * (row.attention_dp or 1)
+    if per > 0 and row.concurrency and row.concurrency > per and row.concurrency % per == 0:
+        return row.concurrency // per
+    return 1
+
+
+def parallel_pin(row: SiliconRow, is_moe: bool) -> dict[str, Any] | str:
+    """The row's ``parallel_configs`` entry, or why it has none."""
+    if row.mode == "agg":
+        if row.tp is None:
+            return "shape: no tp_size"
+        if (row.pp or 1) != 1:
+            return "shape: pipeline parallel (pp > 1) is not expressible"
+        return {**_role_shape(row.tp, row.attention_dp, row.moe_tp, row.moe_ep, is_moe), "replicas": agg_replicas(row)}
+    if row.mode != "disagg":
+        return f"mode {row.mode!r} unknown"
+    p, d = row.prefill, row.decode
+    if not p.get("num_workers") or not d.get("num_workers"):
+        return "disagg: no prefill/decode worker counts (accuracy.md §1, §5.6)"
+    if (p.get("pp_size") or 1) != 1 or (d.get("pp_size") or 1) != 1:
+        return "shape: pipeline parallel (pp > 1) is not expressible"
+    return {"prefill": {**_role_shape(p["tp_size"], p["attention_dp_size"], p["moe_tp_size"], p["moe_ep_size"], is_moe),
+                        "replicas": int(p["num_workers"])},
+            "decode": {**_role_shape(d["tp_size"], d["attention_dp_size"], d["moe_tp_size"], d["moe_ep_size"], is_moe),
+                       "replicas": int(d["num_workers"])}}
+
+
+def used_gpus(parallel: Mapping[str, Any]) -> int:
+    def one(s: Mapping[str, Any]) -> int:
+        return int(s["tp"]) * int(s.get("attention_dp", 1)) * int(s.get("replicas", 1))
+
+    return one(parallel["prefill"]) + one(parallel["decode"]) if "prefill" in parallel else one(parallel)
+
+
+def warmup_for(row: SiliconRow) -> int:
+    """Requests the replay runs before the measured 10 × c and drops from the metrics (workload.warmup_requests).
+
+    On silicon the warm-up (InferenceX: 2 × c copies of one prompt, since 2026-01-21) is a separate,
+    discarded run, after which the measured run starts from an idle server with c requests at once. The
+    replay has nothing to warm (no compilation, prefix caching off), so reproducing the row needs no
+    warm-up requests: the measured run is the whole replay, its simultaneous start included.
+    """
+    return 0
+
+
+def plan_row(row: SiliconRow, bundled: Sequence[str], checkpoint: Any = checkpoint_of,
+             legal: Any = None, quantization_available: bool = True) -> RowPlan | str:
+    """A covered row's plan, or the reason it is skipped. ``legal(plan) -> reason | None`` checks the pin."""
+    if not (row.ttft_ms > 0 and row.tpot_ms > 0):
+        return "measured TTFT/TPOT missing or not positive"
+    if row.concurrency is None or row.concurrency < 1:
+        return "no batch_size or silicon_concurrency (client concurrency)"
+    if row.isl < 1 or row.osl < 2:
+        return "isl < 1 or osl < 2 (TPOT needs two output tokens)"
+    choice = choose_precision(row, bundled, checkpoint, quantization_available)
+    if isinstance(choice, str):
+        return choice
+    ck = checkpoint(choice.model)
+    pin = parallel_pin(row, ck.is_moe)
+    if isinstance(pin, str):
+        return pin
+    plan = RowPlan(row=row, model=choice.model, quantization=choice.quantization, mode=row.mode, parallel=pin,
+                   concurrency=int(row.concurrency), notes=choice.note, warmup_requests=warmup_for(row),
+                   gpus=used_gpus(pin))
+    if legal is not None:
+        reason = legal(plan)
+        if reason:
+            return reason
+    return plan
+
+
+# ---------------------------------------------------------------- traces and configs
+
+
+def trace_key(isl: int, osl: int, concurrency: int, requests: int) -> str:
+    return f"acc_i{isl}_o{osl}_c{concurrency}_n{requests}"
+
+
+def trace_lengths(isl: int, osl: int, n: int, seed: int) -> list[tuple[int, int]]:
+    """(input, output) per request: each uniform integer in [⌊0.8 L⌋, L] (accuracy.md §5.3, [X2])."""
+    rng = random.Random(seed)
+    lo_i, lo_o = max(1, math.floor(LENGTH_LOW_RATIO * isl)), max(2, math.floor(LENGTH_LOW_RATIO * osl))
+    return [(rng.randint(lo_i, isl), rng.randint(min(lo_o, osl), osl)) for _ in range(n)]
+
+
+def trace_rows(isl: int, osl: int, n: int, seed: int) -> list[dict[str, Any]]:
+    """Mooncake rows: timestamp 0 (closed loop ignores it), random non-shared hash ids."""
+    rng = random.Random(seed ^ 0x5EED)
+    base = rng.randrange(1 << 40)
+    out, next_id = [], base
+    for i, (n_in, n_out) in enumerate(trace_lengths(isl, osl, n, seed)):
+        blocks = -(-n_in // TRACE_BLOCK)
+        out.append({"timestamp": 0, "input_length": n_in, "output_length": n_out,
+                    "hash_ids": list(range(next_id, next_id + blocks))})
+        next_id += blocks
+    return out
+
+
+def _seed(key: str) -> int:
+    return int(hashlib.sha256(key.encode()).hexdigest()[:12], 16)
+
+
+def trace_path(plan: RowPlan, directory: Path = TRACE_DIR) -> Path:
+    key = trace_key(plan.row.isl, plan.row.osl, plan.concurrency, plan.total_requests)
+    return directory / f"{key}.jsonl"
+
+
+def ensure_trace(plan: RowPlan, directory: Path = TRACE_DIR) -> Path:
+    """Write the row's trace once (atomically: two workers may want the same one)."""
+    path = trace_path(plan, directory)
+    if path.is_file():
+        return path
+    directory.mkdir(parents=True, exist_ok=True)
+    key = path.stem
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        for r in trace_rows(plan.row.isl, plan.row.osl, plan.total_requests, _seed(key)):
+            f.write(json.dumps(r, separators=(",", ":")) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def _repo_relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO))
+    except ValueError:
+        return str(path.resolve())
+
+
+SEQS_CHOICES = {"agg": (256, 512, 1024), "decode": (256, 512, 1024), "prefill": (1, 2, 4, 8, 16, 32, 64, 128, 256)}
+
+
+def per_rank_concurrency(plan: RowPlan, role: str) -> int:
+    shape = plan.parallel if role == "agg" else plan.parallel[role]
+    ranks = int(shape.get("attention_dp", 1)) * int(shape.get("replicas", 1))
+    return -(-plan.concurrency // ranks)
+
+
+def max_num_seqs(plan: RowPlan, role: str) -> int:
+    """max(256, c) per scheduler (attention-DP rank), rounded up to a value Spica allows (capped at its largest);
+    a prefill worker takes the largest allowed (256)."""
+    choices = SEQS_CHOICES[role]
+    if role == "prefill":
+        return choices[-1]
+    need = max(MIN_MAX_NUM_SEQS, per_rank_concurrency(plan, role))
+    return next((c for c in choices if c >= need), choices[-1])
+
+
+def engine_knobs(plan: RowPlan) -> dict[str, Any]:
+    """Batching as the recipe; vLLM's defaults where the row does not say (accuracy.md §2, §5.5)."""
+    out: dict[str, Any] = {}
+    roles = ("agg",) if plan.mode == "agg" else ("prefill", "decode")
+    for role in roles:
+        out[f"{role}_max_num_batched_tokens"] = [MAX_NUM_BATCHED_TOKENS]
+        out[f"{role}_max_num_seqs"] = [max_num_seqs(plan, role)]
+        out[f"{role}_enable_prefix_caching"] = False
+    return out
+
+
+def make_config(plan: RowPlan, trace: Path | str) -> dict[str, Any]:
+    """The Spica config (a mapping ``spica evaluate`` accepts as YAML) that replays the row."""
+    space: dict[str, Any] = {
+        "model_name": plan.model, "hardware_sku": plan.row.system, "gpu_budget": max(1, plan.gpus),
+        "deployment_mode": [plan.mode], "backend": [plan.row.backend], "parallel_configs": [plan.parallel],
+        **engine_knobs(plan),
+        "router_mode": ["round_robin"], "overlap_score_credit": [1.0], "prefill_load_scale": [1.0],
+        "router_temperature": [0.0], "planner_scaling_policy": ["disabled"],
+    }
+    if plan.quantization is not None:
+        space["quantization"] = plan.quantization
+    if plan.kv_cache_dtype != "bf16":
+        space["kv_cache_dtype"] = plan.kv_cache_dtype
+    workload: dict[str, Any] = {"trace_path": _repo_relative(Path(trace)), "replay_concurrency": plan.concurrency}
+    if plan.warmup_requests:
+        workload["warmup_requests"] = plan.warmup_requests
+    return {"search_space": space, "workload": workload, "goal": {"target": "throughput"},
+            "sweep": {"parallel_evals": 1}}
+
+
+# ---------------------------------------------------------------- summary maths
+
+
+def _quantile(xs: Sequence[float], q: float) -> float:
+    """Linear-interpolation quantile (numpy's default)."""
+    s = sorted(xs)
+    if not s:
+        return math.nan
+    pos = (len(s) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return float(s[lo] + (s[hi] - s[lo]) * (pos - lo))
+
+
+def error_stats(pairs: Iterable[tuple[float, float]]) -> dict[str, Any]:
+    """(measured, predicted) pairs → MAPE (fraction), median signed error (pred/meas − 1), p10/p50/p90 of
+    measured ÷ predicted, row count. Pairs with a missing or non-positive value are left out."""
+    ok = [(m, p) for m, p in pairs if m is not None and p is not None and m > 0 and p > 0
+          and math.isfinite(m) and math.isfinite(p)]
+    if not ok:
+        return {"rows": 0, "mape": None, "median_signed_error": None, "ratio_p10": None, "ratio_p50": None,
+                "ratio_p90": None}
+    ape = [abs(p - m) / m for m, p in ok]
+    signed = [(p - m) / m for m, p in ok]
+    ratio = [m / p for m, p in ok]
+    return {"rows": len(ok), "mape": sum(ape) / len(ape), "median_signed_error": _quantile(signed, 0.5),
+            "ratio_p10": _quantile(ratio, 0.1), "ratio_p50": _quantile(ratio, 0.5), "ratio_p90": _quantile(ratio, 0.9)}
+
+
+SYSTEMS = ("predicted", "aic", "aisim")
+GROUPINGS = ("model", "system", "backend", "mode")
+
+
+def _value(row: Mapping[str, Any], system: str, metric: str) -> float | None:
+    block = row.get(system)
+    if not isinstance(block, Mapping):
+        return None
+    v = block.get(metric)
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Overall and per-group (model, system, backend, mode) error stats for Spica, AIC and AISimulate.
+
+    Each system is scored on the rows it predicted; ``*_common`` scores all three on the rows every one
+    of them predicted (the like-for-like comparison)."""
+    def block(sub: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {"rows": len(sub)}
+        common = [r for r in sub if all(_value(r, s, "ttft_ms") is not None for s in SYSTEMS)]
+        for s in SYSTEMS:
+            for metric in ("ttft_ms", "tpot_ms"):
+                out[f"{s}_{metric}"] = error_stats((r["measured"][metric], _value(r, s, metric)) for r in sub)
+                out[f"{s}_{metric}_common"] = error_stats((r["measured"][metric], _value(r, s, metric))
+                                                          for r in common)
+        out["common_rows"] = len(common)
+        return out
+
+    summary: dict[str, Any] = {"overall": block(rows), "groups": {}}
+    for g in GROUPINGS:
+        keys = sorted({str(r[g]) for r in rows})
+        summary["groups"][g] = {k: block([r for r in rows if str(r[g]) == k]) for k in keys}
+    summary["counts"] = {"rows": len(rows), "models": len({r["model"] for r in rows}),
+                         "systems": len({r["system"] for r in rows})}
+    return summary
+
+
+BAND_QUANTILES = (("p10", 0.10), ("p50", 0.50), ("p90", 0.90), ("p95", 0.95), ("p99", 0.99))
+
+
+def band_keys(row: Mapping[str, Any]) -> list[str]:
+    return [f"model={row['model']};system={row['system']};backend={row['backend']}",
+            f"system={row['system']};backend={row['backend']}", f"backend={row['backend']}", "all"]
+
+
+def bands(rows: Sequence[Mapping[str, Any]], min_rows: int = 10) -> dict[str, dict[str, dict[str, float | int]]]:
+    """Quantiles of measured ÷ predicted per key; ttft_ms from TTFT, itl_ms = measured TPOT ÷ predicted ITL."""
+    out: dict[str, dict[str, dict[str, float | int]]] = {}
+    for metric, (meas, pred) in {"ttft_ms": ("ttft_ms", "ttft_ms"), "itl_ms": ("tpot_ms", "tpot_ms")}.items():
+        ratios: dict[str, list[float]] = {}
+        for r in rows:
+            m, p = r["measured"][meas], _value(r, "predicted", pred)
+            if m is None or p is None or not (m > 0 and p > 0):
+                continue
+            for k in band_keys(r):
+                ratios.setdefault(k, []).append(m / p)
+        table: dict[str, dict[str, float | int]] = {}
+        for k in sorted(ratios, key=lambda k: (k.count(";") * -1 if k != "all" else 1, k)):
+            xs = ratios[k]
+            if k != "all" and len(xs) < min_rows:
+                continue
+            table[k] = {name: round(_quantile(xs, q), 6) for name, q in BAND_QUANTILES} | {"rows": len(xs)}
+        out[metric] = table
+    return out
+
+
+__all__ = ["SiliconRow", "RowPlan", "load_rows", "parse_row", "plan_row", "choose_precision", "parallel_pin",
+           "make_config", "ensure_trace", "trace_rows", "trace_lengths", "error_stats", "summarize", "bands",
+           "band_keys", "silicon_csv", "MODEL_ALIASES", "FAMILY_CHECKPOINTS"]

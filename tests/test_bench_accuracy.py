@@ -1,0 +1,178 @@
+"""The pure parts of bench/bench_accuracy.py: row → config, coverage and skip decisions, summary maths, bands."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.accuracy_rows import (Checkpoint, band_keys, bands, choose_precision, ensure_trace, error_stats,  # noqa: E402
+                                 make_config, parse_row, plan_row, summarize, trace_lengths)
+
+BUNDLED = ["Qwen/Qwen3-32B", "meta-llama/Meta-Llama-3.1-70B", "MiniMaxAI/MiniMax-M2.5", "nvidia/MiniMax-M2.5-NVFP4",
+           "Qwen/Qwen3.5-397B-A17B", "deepseek-ai/DeepSeek-R1", "openai/gpt-oss-120b"]
+CKPT = {"Qwen/Qwen3-32B": Checkpoint("Qwen/Qwen3-32B", "bf16", "bf16", "bf16", False),
+        "meta-llama/Meta-Llama-3.1-70B": Checkpoint("meta-llama/Meta-Llama-3.1-70B", "bf16", "bf16", "bf16", False),
+        "MiniMaxAI/MiniMax-M2.5": Checkpoint("MiniMaxAI/MiniMax-M2.5", "fp8_block", "fp8_block", "fp8_block", True),
+        "nvidia/MiniMax-M2.5-NVFP4": Checkpoint("nvidia/MiniMax-M2.5-NVFP4", "nvfp4", "nvfp4", "nvfp4", True),
+        "Qwen/Qwen3.5-397B-A17B": Checkpoint("Qwen/Qwen3.5-397B-A17B", "bf16", "bf16", "bf16", True),
+        "deepseek-ai/DeepSeek-R1": Checkpoint("deepseek-ai/DeepSeek-R1", "fp8_block", "fp8_block", "fp8_block", True),
+        "openai/gpt-oss-120b": Checkpoint("openai/gpt-oss-120b", "w4a16_mxfp4", "bf16", "w4a16_mxfp4", True)}
+
+
+def ck(name: str) -> Checkpoint:
+    return CKPT[name]
+
+
+def raw(**kw: str) -> dict[str, str]:
+    base = {"id": "r1", "silicon_data_source": "db-dump/2026-04-27; silicon_concurrency=64", "backend": "vllm",
+            "backend_version": "0.19.0", "model_path": "Qwen/Qwen3-32B", "system": "h100_sxm", "precision": "",
+            "mode": "agg", "isl": "1024", "osl": "128", "gemm_quant_mode": "", "moe_quant_mode": "",
+            "batch_size": "64", "tp_size": "2", "pp_size": "1", "attention_dp_size": "1", "moe_tp_size": "",
+            "moe_ep_size": "", "silicon_ttft_ms": "200.0", "silicon_tpot_ms": "20.0"}
+    base.update(kw)
+    return base
+
+
+def plan(**kw: str):
+    return plan_row(parse_row(raw(**kw)), BUNDLED, ck)
+
+
+def test_agg_row_maps_to_closed_loop_config(tmp_path: Path) -> None:
+    p = plan()
+    assert p.concurrency == 64 and p.measured_requests == 640 and p.total_requests == 640
+    assert p.parallel == {"tp": 2, "attention_dp": 1, "replicas": 1} and p.gpus == 2
+    trace = ensure_trace(p, tmp_path)
+    cfg = make_config(p, trace)
+    ss, wl = cfg["search_space"], cfg["workload"]
+    assert ss["model_name"] == "Qwen/Qwen3-32B" and ss["hardware_sku"] == "h100_sxm" and ss["backend"] == ["vllm"]
+    assert ss["parallel_configs"] == [{"tp": 2, "attention_dp": 1, "replicas": 1}]
+    assert ss["agg_max_num_batched_tokens"] == [8192] and ss["agg_max_num_seqs"] == [256]
+    assert ss["agg_enable_prefix_caching"] is False and "quantization" not in ss
+    assert wl["replay_concurrency"] == 64 and "warmup_requests" not in wl
+    lines = [json.loads(x) for x in trace.read_text().splitlines()]
+    assert len(lines) == 640
+    ins = [x["input_length"] for x in lines]
+    outs = [x["output_length"] for x in lines]
+    assert min(ins) >= 819 and max(ins) <= 1024 and min(outs) >= 102 and max(outs) <= 128
+    assert 0.85 < sum(ins) / len(ins) / 1024 < 0.95          # mean 0.9 L
+    hashes = [h for x in lines for h in x["hash_ids"]]
+    assert len(hashes) == len(set(hashes))                    # nothing shared
+    assert all(len(x["hash_ids"]) == -(-x["input_length"] // 512) for x in lines)
+
+
+def test_lengths_uniform_and_deterministic() -> None:
+    a = trace_lengths(8192, 1024, 2000, seed=3)
+    assert a == trace_lengths(8192, 1024, 2000, seed=3)
+    assert min(i for i, _ in a) == math.floor(0.8 * 8192) and max(i for i, _ in a) == 8192
+    assert min(o for _, o in a) == math.floor(0.8 * 1024) and max(o for _, o in a) == 1024
+
+
+def test_large_concurrency_rounds_max_num_seqs_to_allowed_value() -> None:
+    p = plan(batch_size="600", silicon_data_source="x")
+    assert p.concurrency == 600 and make_config(p, "x.jsonl")["search_space"]["agg_max_num_seqs"] == [1024]
+    p = plan(batch_size="256", attention_dp_size="4", tp_size="1", silicon_data_source="x")
+    assert p.concurrency == 1024                                   # batch_size is per attention-DP rank
+    assert make_config(p, "x.jsonl")["search_space"]["agg_max_num_seqs"] == [256]   # 256 per DP rank
+
+
+def test_concurrency_from_source_and_replicas() -> None:
+    p = plan(silicon_data_source="db-dump; silicon_concurrency=512", batch_size="128", attention_dp_size="4",
+             tp_size="1")
+    assert p.concurrency == 512 and p.parallel["replicas"] == 1
+    p = plan(silicon_data_source="gap; silicon_concurrency=32", batch_size="8")   # c = 4 × batch: 4 replicas
+    assert p.concurrency == 32 and p.parallel["replicas"] == 4 and p.gpus == 8
+    assert plan(id="x_c16_y", silicon_data_source="x", batch_size="").concurrency == 16
+
+
+def test_quantization_pin_for_bf16_checkpoint() -> None:
+    p = plan(model_path="meta-llama/Llama-3.1-70B", gemm_quant_mode="fp8", moe_quant_mode="fp8", precision="fp8")
+    assert p.model == "meta-llama/Meta-Llama-3.1-70B" and p.quantization == "fp8"
+    assert "Meta-Llama-3.1-70B" in p.notes
+    assert make_config(p, "x.jsonl")["search_space"]["quantization"] == "fp8"
+    assert make_config(p, "x.jsonl")["search_space"]["kv_cache_dtype"] == "fp8"     # FP8/FP4 rows: fp8 KV
+    assert "kv_cache_dtype" not in make_config(plan(), "x.jsonl")["search_space"]   # bf16 rows: the default
+    assert plan_row(parse_row(raw(gemm_quant_mode="fp8")), BUNDLED, ck, quantization_available=False).startswith(
+        "precision: needs search_space.quantization")
+
+
+def test_precision_families_and_inexpressible_rows() -> None:
+    fp4 = plan(model_path="MiniMaxAI/MiniMax-M2.5", gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", tp_size="4",
+               moe_tp_size="4", moe_ep_size="1")
+    assert fp4.model == "nvidia/MiniMax-M2.5-NVFP4" and fp4.quantization is None
+    fp8 = plan(model_path="MiniMaxAI/MiniMax-M2.5", gemm_quant_mode="fp8", moe_quant_mode="fp8", tp_size="4",
+               moe_tp_size="4", moe_ep_size="1")
+    assert fp8.model == "MiniMaxAI/MiniMax-M2.5" and fp8.quantization is None and "same family" in fp8.notes
+    gptoss = plan(model_path="openai/gpt-oss-120b", gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4")
+    assert gptoss.quantization is None
+    mixed = plan(model_path="Qwen/Qwen3.5-397B-A17B", gemm_quant_mode="fp8", moe_quant_mode="fp8_block")
+    assert isinstance(mixed, str) and "differ from each other" in mixed
+    r1 = plan(model_path="deepseek-ai/DeepSeek-R1", gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4")
+    assert isinstance(r1, str) and "pre-quantized" in r1
+    assert "not an aiconfigurator-core bundled id" in plan(model_path="nvidia/DeepSeek-R1-NVFP4")
+    assert choose_precision(parse_row(raw()), BUNDLED, ck).quantization is None
+
+
+def test_skip_decisions() -> None:
+    assert plan(silicon_ttft_ms="").startswith("measured")
+    assert plan(pp_size="2").startswith("shape: pipeline")
+    no_workers = plan(mode="disagg", batch_size="")
+    assert no_workers.startswith("disagg: no prefill/decode worker counts")
+    assert plan(batch_size="", silicon_data_source="x").startswith("no batch_size")
+    refused = plan_row(parse_row(raw()), BUNDLED, ck, legal=lambda p: "pin not legal: x")
+    assert refused == "pin not legal: x"
+
+
+def test_disagg_row_rebuilds_xpyd() -> None:
+    p = plan(mode="disagg", batch_size="", tp_size="", silicon_data_source="db-dump; silicon_concurrency=192",
+             prefill_num_workers="1", prefill_tp_size="4", prefill_attention_dp_size="1", prefill_pp_size="1",
+             decode_num_workers="2", decode_tp_size="8", decode_attention_dp_size="1", decode_pp_size="1")
+    assert p.concurrency == 192 and p.gpus == 4 + 16
+    assert p.parallel == {"prefill": {"tp": 4, "attention_dp": 1, "replicas": 1},
+                          "decode": {"tp": 8, "attention_dp": 1, "replicas": 2}}
+    ss = make_config(p, "x.jsonl")["search_space"]
+    assert ss["prefill_max_num_seqs"] == [256] and ss["decode_max_num_seqs"] == [256]
+    assert ss["prefill_enable_prefix_caching"] is False and ss["deployment_mode"] == ["disagg"]
+
+
+def test_error_stats() -> None:
+    s = error_stats([(100.0, 150.0), (100.0, 50.0), (200.0, 200.0), (100.0, None), (0.0, 5.0)])
+    assert s["rows"] == 3
+    assert s["mape"] == pytest.approx((0.5 + 0.5 + 0.0) / 3)
+    assert s["median_signed_error"] == pytest.approx(0.0)
+    ratios = sorted([100 / 150, 2.0, 1.0])
+    assert s["ratio_p10"] == pytest.approx(ratios[0] + 0.2 * (ratios[1] - ratios[0]))
+    assert s["ratio_p90"] == pytest.approx(ratios[1] + 0.8 * (ratios[2] - ratios[1]))
+    assert error_stats([])["mape"] is None
+
+
+def _row(i: int, model: str, meas: float, pred: float, aic: float | None) -> dict:
+    return {"id": f"r{i}", "model": model, "system": "h100_sxm", "backend": "vllm", "mode": "agg",
+            "measured": {"ttft_ms": meas, "tpot_ms": meas / 10}, "predicted": {"ttft_ms": pred, "tpot_ms": pred / 10},
+            "aic": None if aic is None else {"ttft_ms": aic, "tpot_ms": aic / 10}, "aisim": None}
+
+
+def test_summary_and_bands() -> None:
+    rows = [_row(i, "A", 100.0, 80.0, 100.0) for i in range(10)] + [_row(10 + i, "B", 100.0, 200.0, None)
+                                                                      for i in range(3)]
+    s = summarize(rows)
+    assert s["counts"] == {"rows": 13, "models": 2, "systems": 1}
+    o = s["overall"]
+    assert o["predicted_ttft_ms"]["mape"] == pytest.approx((10 * 0.2 + 3 * 1.0) / 13)
+    assert o["predicted_tpot_ms"]["median_signed_error"] == pytest.approx(-0.2)
+    assert o["aic_ttft_ms"]["rows"] == 10 and o["aic_ttft_ms"]["mape"] == pytest.approx(0.0)
+    assert o["aisim_ttft_ms"]["rows"] == 0 and o["common_rows"] == 0
+    assert s["groups"]["model"]["B"]["predicted_ttft_ms"]["ratio_p50"] == pytest.approx(0.5)
+    b = bands(rows, min_rows=10)
+    assert set(b) == {"ttft_ms", "itl_ms"}
+    key_a = "model=A;system=h100_sxm;backend=vllm"
+    assert key_a in b["ttft_ms"] and "model=B;system=h100_sxm;backend=vllm" not in b["ttft_ms"]
+    assert b["ttft_ms"][key_a] == {"p10": 1.25, "p50": 1.25, "p90": 1.25, "p95": 1.25, "p99": 1.25, "rows": 10}
+    assert b["itl_ms"]["all"]["rows"] == 13 and b["ttft_ms"]["backend=vllm"]["p10"] == pytest.approx(0.5)
+    assert b["ttft_ms"]["backend=vllm"]["p50"] == pytest.approx(1.25)
+    assert band_keys(rows[0]) == [key_a, "system=h100_sxm;backend=vllm", "backend=vllm", "all"]
+    assert bands(rows[:3], min_rows=10)["ttft_ms"].keys() == {"all"}
