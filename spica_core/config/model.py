@@ -344,6 +344,10 @@ class Workload(_Model):
                                                             {"type": "null"}]})
     request_rate: _float_upto(limits.REQUEST_RATE) | None = None
     num_request_ratio: _float_upto(limits.NUM_REQUEST_RATIO) | None = None
+    length_spread: Annotated[float, Field(ge=0, lt=1), BeforeValidator(_no_bool)] = Field(
+        default=0.0, description="synthetic only: each request's isl and osl drawn uniformly from "
+                                 "[(1 - spread) × L, L], as serving benchmarks do (InferenceX: 0.2); 0 gives "
+                                 "identical requests, which a closed loop runs in lock-step waves")
     shared_prefix_ratio: Annotated[float, Field(ge=0, le=1)] = 0.0
     num_prefix_groups: _int_upto(limits.PREFIX_GROUPS, minimum=0) = 0
     turns_per_session: _int_upto(limits.TURNS_PER_SESSION) = 1
@@ -381,6 +385,10 @@ class Workload(_Model):
 
     @model_validator(mode="after")
     def _shape(self) -> Workload:
+        if self.length_spread > 0 and (self.is_trace or self.shared_prefix_ratio > 0 or self.turns_per_session > 1):
+            raise FieldError("length_spread", "applies to a single-turn synthetic workload without shared prefixes "
+                             "(trace_path, shared_prefix_ratio and turns_per_session > 1 set lengths their own way)",
+                             self.length_spread, True)
         if self.is_trace:
             for name in _SYNTHETIC_FIELDS:
                 if getattr(self, name) is not None:

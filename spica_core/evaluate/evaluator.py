@@ -151,7 +151,8 @@ def _prepare(req: EvalRequest, timings: dict[str, float]) -> tuple[Candidate, An
                          ttft_ms=sla.ttft_ms if sla else None, itl_ms=sla.itl_ms if sla else None)
     trace_file, left_out = _replayed_trace(req, candidate)
     workload = replay_workload(req.workload, trace_file=trace_file,
-                               concurrency=concurrency if kv_load is not None else None)
+                               concurrency=concurrency if kv_load is not None else None,
+                               directory=Path(req.profile_dir).expanduser() if req.profile_dir else None)
     spec = ReplaySpec(roles=roles, workload=workload, router=router_kwargs(candidate.router),
                       sla=sla_kwargs(req.goal, factors), scaling_policy=policy, capture_per_request=req.capture_per_request)
     return candidate, spec, policy, left_out if req.workload.over_context == "fail" else 0

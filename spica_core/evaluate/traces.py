@@ -91,6 +91,38 @@ def _fitted(path: str, size: int, mtime_ns: int, max_seq_len: int, directory: st
     return FittedTrace(target, len(kept), left_out)
 
 
+SPREAD_SEED = 0  # one fixed draw: the same config replays the same requests on every machine
+
+
+def spread_lengths(isl: int, osl: int, count: int, spread: float) -> list[tuple[int, int]]:
+    """(input, output) per request, each a uniform integer in [⌊(1 − spread) × L⌋, L]."""
+    rng = random.Random(SPREAD_SEED)
+    lo_in, lo_out = max(1, math.floor((1 - spread) * isl)), max(1, math.floor((1 - spread) * osl))
+    return [(rng.randint(lo_in, isl), rng.randint(lo_out, osl)) for _ in range(count)]
+
+
+def spread_trace(isl: int, osl: int, count: int, spread: float, interval_ms: float, directory: Path,
+                 block: int = TRACE_BLOCK_SIZE) -> Path:
+    """``workload.length_spread``: the synthetic requests as a mooncake trace, lengths spread, prompts unshared,
+    one arrival every ``interval_ms`` (0: all at once, for a closed loop). Written once per spec, atomically."""
+    from spica_core.run.catalog import write_file
+    from spica_core.run.fingerprint import fingerprint
+
+    key = fingerprint({"isl": isl, "osl": osl, "count": count, "spread": spread, "interval_ms": interval_ms,
+                       "seed": SPREAD_SEED, "block": block})
+    path = Path(directory) / f"spread-{key}.jsonl"
+    if path.is_file():
+        return path
+    lines, next_id = [], 0
+    for i, (n_in, n_out) in enumerate(spread_lengths(isl, osl, count, spread)):
+        blocks = -(-n_in // block)
+        lines.append(json.dumps({"timestamp": round(i * interval_ms, 3), "input_length": n_in, "output_length": n_out,
+                                 "hash_ids": list(range(next_id, next_id + blocks))}, separators=(",", ":")) + "\n")
+        next_id += blocks
+    write_file(path, "".join(lines))
+    return path
+
+
 def write_mooncake_trace(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from spica_core.config.model import Workload
@@ -16,6 +17,8 @@ from spica_core.errors import InfeasibleKVCapacityError
 from spica_core.space.kv import kv_tokens_per_rank
 from spica_core.evaluate.candidate import Candidate, KVLoad
 from spica_core.config.trace import TRACE_BLOCK_SIZE
+from spica_core.evaluate.traces import spread_trace
+from spica_core.space.facts import cache_dir
 
 
 @dataclass(frozen=True)
@@ -59,9 +62,10 @@ def request_count(workload: Workload, concurrency_override: int | None = None) -
     return max(1, round(float(workload.num_request_ratio or 0.0) * load))
 
 
-def replay_workload(workload: Workload, *, trace_file: str | None = None,
-                    concurrency: int | None = None) -> ReplayWorkload:
-    """The traffic kwargs of one replay. ``concurrency`` is the candidate's resolved KV-load concurrency."""
+def replay_workload(workload: Workload, *, trace_file: str | None = None, concurrency: int | None = None,
+                    directory: Path | None = None) -> ReplayWorkload:
+    """The traffic kwargs of one replay. ``concurrency`` is the candidate's resolved KV-load concurrency;
+    ``directory`` keeps a ``length_spread`` workload's generated trace."""
     if workload.is_trace:
         path = trace_file or workload.trace_path
         kwargs: dict[str, Any] = {"arrival_speedup_ratio": float(workload.arrival_speedup_ratio),
@@ -70,6 +74,16 @@ def replay_workload(workload: Workload, *, trace_file: str | None = None,
             kwargs["replay_concurrency"] = int(workload.replay_concurrency)
         return ReplayWorkload("trace", kwargs, str(path))
     cap = effective_in_flight_cap(workload, concurrency)
+    if workload.length_spread > 0:
+        count = request_count(workload, concurrency if workload.kv_load_ratio is not None else None)
+        interval = 0.0 if cap is not None else synthetic_arrival_interval_ms(workload)
+        path = spread_trace(int(workload.isl), int(workload.osl), count, float(workload.length_spread), interval,
+                            directory or cache_dir())
+        spread_kwargs: dict[str, Any] = {"arrival_speedup_ratio": 1.0, "trace_block_size": TRACE_BLOCK_SIZE,
+                                         "trace_format": "mooncake"}
+        if cap is not None:
+            spread_kwargs["replay_concurrency"] = int(cap)
+        return ReplayWorkload("trace", spread_kwargs, str(path))
     kwargs = {"input_tokens": int(workload.isl), "output_tokens": int(workload.osl),
               "request_count": request_count(workload, concurrency if workload.kv_load_ratio is not None else None),
               "turns_per_session": int(workload.turns_per_session),
