@@ -1,34 +1,30 @@
-"""The pure parts of the accuracy benchmark: silicon rows → coverage → Spica configs, traces and summary maths.
+"""The pure parts of the accuracy benchmark: silicon rows → coverage → Spica configs and summary maths.
 
 Nothing here runs a replay; ``bench/bench_accuracy.py`` drives the evaluations. Every decision a row
 goes through (which Spica model id, which precision pin, which parallel pin, why it is skipped) is a
 function of the row alone, so the tests can check it without the runtime.
 
-Protocol (``/work/shared/spec/accuracy.md`` §5): closed loop at c = ``batch_size``
-(``workload.replay_concurrency``), 10 × c measured requests, ISL and OSL each uniform integers in
-[⌊0.8·L⌋, L] with random non-shared ``hash_ids`` (prefix caching off anyway), batching from vLLM's
+Protocol (``/work/shared/spec/accuracy.md`` §5): closed loop at the row's concurrency c
+(``workload.concurrency``), 10 × c measured requests, ISL and OSL each uniform integers in
+[⌊0.8·L⌋, L] (``workload.length_spread: 0.2``, unshared prompts; prefix caching off anyway), batching from vLLM's
 defaults (8,192 batched tokens, ``max_num_seqs = max(256, c)``), round-robin routing, planner off.
 """
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import math
 import os
-import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
-TRACE_DIR = REPO / "bench" / "traces"
 REQUESTS_PER_CONCURRENCY = 10            # accuracy.md §5.2: 10 × c measured requests
-LENGTH_LOW_RATIO = 0.8                   # accuracy.md §5.3: uniform in [⌊0.8 L⌋, L]
+LENGTH_SPREAD = 0.2                      # accuracy.md §5.3: uniform in [⌊0.8 L⌋, L] (workload.length_spread)
 MAX_NUM_BATCHED_TOKENS = 8192            # vLLM's default on ≥ 70 GiB GPUs (accuracy.md §2, [V3])
 MIN_MAX_NUM_SEQS = 256                   # AISimulate's pin max(256, c) (accuracy.md §4)
-TRACE_BLOCK = 512                        # mooncake hash-id granularity (spica_core.config.trace)
 
 
 def silicon_csv() -> Path:
@@ -402,61 +398,6 @@ def plan_row(row: SiliconRow, bundled: Sequence[str], checkpoint: Any = checkpoi
 # ---------------------------------------------------------------- traces and configs
 
 
-def trace_key(isl: int, osl: int, concurrency: int, requests: int) -> str:
-    return f"acc_i{isl}_o{osl}_c{concurrency}_n{requests}"
-
-
-def trace_lengths(isl: int, osl: int, n: int, seed: int) -> list[tuple[int, int]]:
-    """(input, output) per request: each uniform integer in [⌊0.8 L⌋, L] (accuracy.md §5.3, [X2])."""
-    rng = random.Random(seed)
-    lo_i, lo_o = max(1, math.floor(LENGTH_LOW_RATIO * isl)), max(2, math.floor(LENGTH_LOW_RATIO * osl))
-    return [(rng.randint(lo_i, isl), rng.randint(min(lo_o, osl), osl)) for _ in range(n)]
-
-
-def trace_rows(isl: int, osl: int, n: int, seed: int) -> list[dict[str, Any]]:
-    """Mooncake rows: timestamp 0 (closed loop ignores it), random non-shared hash ids."""
-    rng = random.Random(seed ^ 0x5EED)
-    base = rng.randrange(1 << 40)
-    out, next_id = [], base
-    for i, (n_in, n_out) in enumerate(trace_lengths(isl, osl, n, seed)):
-        blocks = -(-n_in // TRACE_BLOCK)
-        out.append({"timestamp": 0, "input_length": n_in, "output_length": n_out,
-                    "hash_ids": list(range(next_id, next_id + blocks))})
-        next_id += blocks
-    return out
-
-
-def _seed(key: str) -> int:
-    return int(hashlib.sha256(key.encode()).hexdigest()[:12], 16)
-
-
-def trace_path(plan: RowPlan, directory: Path = TRACE_DIR) -> Path:
-    key = trace_key(plan.row.isl, plan.row.osl, plan.concurrency, plan.total_requests)
-    return directory / f"{key}.jsonl"
-
-
-def ensure_trace(plan: RowPlan, directory: Path = TRACE_DIR) -> Path:
-    """Write the row's trace once (atomically: two workers may want the same one)."""
-    path = trace_path(plan, directory)
-    if path.is_file():
-        return path
-    directory.mkdir(parents=True, exist_ok=True)
-    key = path.stem
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        for r in trace_rows(plan.row.isl, plan.row.osl, plan.total_requests, _seed(key)):
-            f.write(json.dumps(r, separators=(",", ":")) + "\n")
-    os.replace(tmp, path)
-    return path
-
-
-def _repo_relative(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(REPO))
-    except ValueError:
-        return str(path.resolve())
-
-
 SEQS_CHOICES = {"agg": (256, 512, 1024), "decode": (256, 512, 1024), "prefill": (1, 2, 4, 8, 16, 32, 64, 128, 256)}
 
 
@@ -487,8 +428,10 @@ def engine_knobs(plan: RowPlan) -> dict[str, Any]:
     return out
 
 
-def make_config(plan: RowPlan, trace: Path | str) -> dict[str, Any]:
-    """The Spica config (a mapping ``spica evaluate`` accepts as YAML) that replays the row."""
+def make_config(plan: RowPlan) -> dict[str, Any]:
+    """The Spica config (a mapping ``spica evaluate`` accepts as YAML, self-contained) that replays the row:
+    a closed loop at the row's concurrency, its request count, ISL and OSL each uniform in [⌊0.8 L⌋, L]
+    (``workload.length_spread`` 0.2, accuracy.md §5.3, [X2]) with unshared prompts."""
     space: dict[str, Any] = {
         "model_name": plan.model, "hardware_sku": plan.row.system, "gpu_budget": max(1, plan.gpus),
         "deployment_mode": [plan.mode], "backend": [plan.row.backend], "parallel_configs": [plan.parallel],
@@ -500,9 +443,9 @@ def make_config(plan: RowPlan, trace: Path | str) -> dict[str, Any]:
         space["quantization"] = plan.quantization
     if plan.kv_cache_dtype != "bf16":
         space["kv_cache_dtype"] = plan.kv_cache_dtype
-    workload: dict[str, Any] = {"trace_path": _repo_relative(Path(trace)), "replay_concurrency": plan.concurrency}
-    if plan.warmup_requests:
-        workload["warmup_requests"] = plan.warmup_requests
+    workload: dict[str, Any] = {"isl": plan.row.isl, "osl": plan.row.osl, "concurrency": plan.concurrency,
+                                "num_request_ratio": plan.total_requests / plan.concurrency,
+                                "length_spread": LENGTH_SPREAD}
     return {"search_space": space, "workload": workload, "goal": {"target": "throughput"},
             "sweep": {"parallel_evals": 1}}
 
@@ -602,5 +545,5 @@ def bands(rows: Sequence[Mapping[str, Any]], min_rows: int = 10) -> dict[str, di
 
 
 __all__ = ["SiliconRow", "RowPlan", "load_rows", "parse_row", "plan_row", "choose_precision", "parallel_pin",
-           "make_config", "ensure_trace", "trace_rows", "trace_lengths", "error_stats", "summarize", "bands",
+           "make_config", "error_stats", "summarize", "bands",
            "band_keys", "silicon_csv", "MODEL_ALIASES", "FAMILY_CHECKPOINTS"]

@@ -32,7 +32,7 @@ os.environ.setdefault("DYN_LOG", "error")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.accuracy_rows import (REPO, RowPlan, bands, checkpoint_of, ensure_trace, load_rows, make_config, plan_row,  # noqa: E402
+from bench.accuracy_rows import (REPO, RowPlan, bands, checkpoint_of, load_rows, make_config, plan_row,  # noqa: E402
                                  silicon_csv, summarize)
 
 RESULTS = REPO / "bench" / "results"
@@ -63,7 +63,7 @@ def legal_check(plan: RowPlan) -> str | None:
     from spica_core.space.branches import legal_space
 
     try:
-        cfg = SmartSearchConfig.from_dict(make_config(plan, REPO / "bench" / "traces" / "unused.jsonl"))
+        cfg = SmartSearchConfig.from_dict(make_config(plan))
         space = legal_space(cfg)
     except Exception as exc:  # noqa: BLE001 - a config Spica refuses is a skipped row
         return f"config refused: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
@@ -138,7 +138,7 @@ def run_plans(plans: list[RowPlan], workers: int) -> dict[str, dict[str, Any]]:
             chunk = todo[start:start + CHUNK]
             requests, ok = [], []
             for plan in chunk:
-                cfg = make_config(plan, ensure_trace(plan))
+                cfg = make_config(plan)
                 try:
                     _, req = build(cfg)
                 except Exception as exc:  # noqa: BLE001

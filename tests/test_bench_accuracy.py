@@ -10,8 +10,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.accuracy_rows import (Checkpoint, band_keys, bands, choose_precision, ensure_trace, error_stats,  # noqa: E402
-                                 make_config, parse_row, plan_row, summarize, trace_lengths)
+from bench.accuracy_rows import (Checkpoint, band_keys, bands, choose_precision, error_stats,  # noqa: E402
+                                 make_config, parse_row, plan_row, summarize)
+from spica_core.config.model import SmartSearchConfig  # noqa: E402
+from spica_core.evaluate.traces import spread_lengths  # noqa: E402
+from spica_core.evaluate.workload import replay_workload  # noqa: E402
 
 BUNDLED = ["Qwen/Qwen3-32B", "meta-llama/Meta-Llama-3.1-70B", "MiniMaxAI/MiniMax-M2.5", "nvidia/MiniMax-M2.5-NVFP4",
            "Qwen/Qwen3.5-397B-A17B", "deepseek-ai/DeepSeek-R1", "openai/gpt-oss-120b"]
@@ -46,15 +49,17 @@ def test_agg_row_maps_to_closed_loop_config(tmp_path: Path) -> None:
     p = plan()
     assert p.concurrency == 64 and p.measured_requests == 640 and p.total_requests == 640
     assert p.parallel == {"tp": 2, "attention_dp": 1, "replicas": 1} and p.gpus == 2
-    trace = ensure_trace(p, tmp_path)
-    cfg = make_config(p, trace)
+    cfg = make_config(p)
     ss, wl = cfg["search_space"], cfg["workload"]
     assert ss["model_name"] == "Qwen/Qwen3-32B" and ss["hardware_sku"] == "h100_sxm" and ss["backend"] == ["vllm"]
     assert ss["parallel_configs"] == [{"tp": 2, "attention_dp": 1, "replicas": 1}]
     assert ss["agg_max_num_batched_tokens"] == [8192] and ss["agg_max_num_seqs"] == [256]
     assert ss["agg_enable_prefix_caching"] is False and "quantization" not in ss
-    assert wl["replay_concurrency"] == 64 and "warmup_requests" not in wl
-    lines = [json.loads(x) for x in trace.read_text().splitlines()]
+    assert wl == {"isl": 1024, "osl": 128, "concurrency": 64, "num_request_ratio": 10.0, "length_spread": 0.2}
+    config = SmartSearchConfig.from_dict(cfg)          # the product's own option: self-contained, re-runnable
+    rw = replay_workload(config.workload, directory=tmp_path)
+    assert rw.kind == "trace" and rw.kwargs["replay_concurrency"] == 64
+    lines = [json.loads(x) for x in Path(rw.trace_path).read_text().splitlines()]
     assert len(lines) == 640
     ins = [x["input_length"] for x in lines]
     outs = [x["output_length"] for x in lines]
@@ -66,18 +71,18 @@ def test_agg_row_maps_to_closed_loop_config(tmp_path: Path) -> None:
 
 
 def test_lengths_uniform_and_deterministic() -> None:
-    a = trace_lengths(8192, 1024, 2000, seed=3)
-    assert a == trace_lengths(8192, 1024, 2000, seed=3)
+    a = spread_lengths(8192, 1024, 2000, 0.2)
+    assert a == spread_lengths(8192, 1024, 2000, 0.2)
     assert min(i for i, _ in a) == math.floor(0.8 * 8192) and max(i for i, _ in a) == 8192
     assert min(o for _, o in a) == math.floor(0.8 * 1024) and max(o for _, o in a) == 1024
 
 
 def test_large_concurrency_rounds_max_num_seqs_to_allowed_value() -> None:
     p = plan(batch_size="600", silicon_data_source="x")
-    assert p.concurrency == 600 and make_config(p, "x.jsonl")["search_space"]["agg_max_num_seqs"] == [1024]
+    assert p.concurrency == 600 and make_config(p)["search_space"]["agg_max_num_seqs"] == [1024]
     p = plan(batch_size="256", attention_dp_size="4", tp_size="1", silicon_data_source="x")
     assert p.concurrency == 1024                                   # batch_size is per attention-DP rank
-    assert make_config(p, "x.jsonl")["search_space"]["agg_max_num_seqs"] == [256]   # 256 per DP rank
+    assert make_config(p)["search_space"]["agg_max_num_seqs"] == [256]   # 256 per DP rank
 
 
 def test_concurrency_from_source_and_replicas() -> None:
@@ -93,9 +98,9 @@ def test_quantization_pin_for_bf16_checkpoint() -> None:
     p = plan(model_path="meta-llama/Llama-3.1-70B", gemm_quant_mode="fp8", moe_quant_mode="fp8", precision="fp8")
     assert p.model == "meta-llama/Meta-Llama-3.1-70B" and p.quantization == "fp8"
     assert "Meta-Llama-3.1-70B" in p.notes
-    assert make_config(p, "x.jsonl")["search_space"]["quantization"] == "fp8"
-    assert make_config(p, "x.jsonl")["search_space"]["kv_cache_dtype"] == "fp8"     # FP8/FP4 rows: fp8 KV
-    assert "kv_cache_dtype" not in make_config(plan(), "x.jsonl")["search_space"]   # bf16 rows: the default
+    assert make_config(p)["search_space"]["quantization"] == "fp8"
+    assert make_config(p)["search_space"]["kv_cache_dtype"] == "fp8"     # FP8/FP4 rows: fp8 KV
+    assert "kv_cache_dtype" not in make_config(plan())["search_space"]   # bf16 rows: the default
     assert plan_row(parse_row(raw(gemm_quant_mode="fp8")), BUNDLED, ck, quantization_available=False).startswith(
         "precision: needs search_space.quantization")
 
@@ -134,7 +139,7 @@ def test_disagg_row_rebuilds_xpyd() -> None:
     assert p.concurrency == 192 and p.gpus == 4 + 16
     assert p.parallel == {"prefill": {"tp": 4, "attention_dp": 1, "replicas": 1},
                           "decode": {"tp": 8, "attention_dp": 1, "replicas": 2}}
-    ss = make_config(p, "x.jsonl")["search_space"]
+    ss = make_config(p)["search_space"]
     assert ss["prefill_max_num_seqs"] == [256] and ss["decode_max_num_seqs"] == [256]
     assert ss["prefill_enable_prefix_caching"] is False and ss["deployment_mode"] == ["disagg"]
 

@@ -401,6 +401,35 @@ def test_dask_a_worker_the_scheduler_retires_is_not_held_against_its_candidate(d
         assert elapsed > 6.5, elapsed
 
 
+def kill_once_executing(address: str, kill: Callable[[], None], timeout: float = 120.0) -> tuple[
+        threading.Thread, list[float]]:
+    """A thread that calls ``kill`` as soon as a worker of the cluster at ``address`` is executing an evaluation
+    (asked of the workers themselves, so the evaluation is known to be in flight: not still on its way, not
+    waiting for a worker that is still starting); the monotonic time of the kill goes into the list."""
+    from distributed import Client
+
+    killed_at: list[float] = []
+
+    def executing(dask_worker: Any) -> int:  # runs on the worker (nested: pickled by value, not by module name)
+        return sum("-eval-" in str(ts.key) for ts in dask_worker.state.executing)
+
+    def run() -> None:
+        end = time.monotonic() + timeout
+        with Client(address, timeout=10, set_as_default=False) as admin:
+            while time.monotonic() < end:
+                if any(admin.run(executing).values()):
+                    break
+                time.sleep(0.05)
+            else:
+                return
+        kill()
+        killed_at.append(time.monotonic())
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, killed_at
+
+
 @pytest.mark.slow
 def test_dask_a_lost_scheduler_stops_the_batch_with_an_error_naming_it(tmp_path: Path) -> None:
     procs: list[subprocess.Popen[bytes]] = []
@@ -408,11 +437,11 @@ def test_dask_a_lost_scheduler_stops_the_batch_with_an_error_naming_it(tmp_path:
         address = start_dask(tmp_path, 1, procs)
         with make_evaluator(1, 120, address) as ev:
             ev.evaluate_batch([request(FAST)])
-            threading.Timer(1.0, procs[0].kill).start()  # the scheduler dies under a running evaluation
-            t0 = time.monotonic()
+            killer, killed_at = kill_once_executing(address, procs[0].kill)  # the scheduler dies under it
             with pytest.raises(SpicaError, match=f"lost the connection to the Dask scheduler at {address}"):
                 ev.evaluate_batch([request(LONG)])
-            assert time.monotonic() - t0 < 15
+            killer.join(15)
+            assert killed_at and time.monotonic() - killed_at[0] < 15
     finally:
         for proc in reversed(procs):
             _stop(proc, grace=2)  # the worker is deep in a replay: no need to wait for it

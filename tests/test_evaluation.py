@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -103,18 +102,36 @@ def test_pool_deadline_makes_a_slow_candidate_infeasible_and_carries_on() -> Non
     assert modelled(evaluate_one(request(FAST)).report) == modelled(fast.report)
 
 
+def kill_once_dispatched(pool: EvalPool, sig: int = signal.SIGKILL) -> list[int]:
+    """Make the pool's one warm worker die of ``sig`` the moment its request is handed over: the kill follows the
+    pool's own send of the request, so the candidate is in flight (never still queued, never already finished,
+    and never racing a worker that is still starting). Returns the pids killed."""
+    (worker,) = pool._pool
+    assert worker.ready, "start the pool first: the worker must be warm"
+    conn, killed = worker.conn, []
+    send = conn.send
+
+    def send_then_kill(msg: Any) -> None:
+        send(msg)
+        if msg is not None and not killed:  # a request, not the polite stop at close
+            assert worker.proc.pid is not None
+            os.kill(worker.proc.pid, sig)
+            killed.append(worker.proc.pid)
+
+    conn.send = send_then_kill  # type: ignore[method-assign]
+    return killed
+
+
 @pytest.mark.slow
 def test_pool_worker_crash_becomes_a_failed_outcome() -> None:
     with EvalPool(1, max_eval_seconds=120) as pool:
         pool.start()
-        pid = pool._pool[0].proc.pid
-        killer = threading.Timer(3.0, lambda: os.kill(pid, signal.SIGKILL))
-        killer.start()
-        try:
-            (crashed,) = pool.evaluate_batch([request(SLOW)])
-        finally:
-            killer.cancel()
+        killed = kill_once_dispatched(pool)
+        t0 = time.perf_counter()
+        (crashed,) = pool.evaluate_batch([request(SLOW)])
+        assert killed and time.perf_counter() - t0 < 30  # seen at once, not at the 120 s deadline
         assert crashed.status == "failed" and "worker crashed" in crashed.reason and "-9" in crashed.reason
+        assert pool.restarts == 1 and pool.worker_pids() != killed
         (ok,) = pool.evaluate_batch([request(FAST)])
         assert ok.status == "feasible"
 

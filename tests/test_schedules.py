@@ -41,7 +41,15 @@ def test_a_trace_change_seen_by_spica_watch_triggers_a_served_resweep(tmp_path: 
         wait_for(f"{api}/deployments/name/spica-resweep/local", 120)
         _, deployment = _api(api, "/deployments/name/spica-resweep/local")
         assert isinstance(deployment, dict)
-        time.sleep(3)  # the trigger's automation is registered with the deployment
+        # `spica serve` registers the trigger's automation after the deployment: wait until the server has it
+        # (the server loads a new automation into its triggers when the creation commits), not for a guessed 3 s
+        deadline = time.monotonic() + 120
+        while True:
+            _, automations = _api(api, f"/automations/related-to/prefect.deployment.{deployment['id']}")
+            if isinstance(automations, list) and any(a.get("enabled", True) for a in automations):
+                break
+            assert time.monotonic() < deadline, f"no automation for the re-sweep deployment: {automations}"
+            time.sleep(0.2)
         watcher = subprocess.Popen([sys.executable, "-m", "spica_cli.main", "watch", str(config), "--runs-root",
                                     str(tmp_path / "runs"), "--every", "0.5", "--once"], cwd=REPO,
                                    env={**env, "PREFECT_API_URL": api}, stdout=subprocess.PIPE,

@@ -93,19 +93,29 @@ class Sweep:
                 pass
             time.sleep(0.05)
 
-    def wait_for_trials(self) -> None:
+    def wait_for_trials(self, workers: int = 2) -> None:
+        """Until the first ask is written and the recorder has seen the children a stop must end: the Prefect API
+        server and ``workers`` spawned evaluation workers (polled, not guessed: under load the workers can still
+        be starting when trials.parquet appears)."""
         end = time.monotonic() + REACH_TRIALS_S
-        while not (self.run_dir / "trials.parquet").exists():
+        while not ((self.run_dir / "trials.parquet").exists() and self._server_pid() is not None
+                   and len(self.workers()) >= workers):
             assert self.proc.poll() is None, f"the sweep ended before its first ask: {self.output()}"
-            assert time.monotonic() < end, "no trials.parquet in time"
+            assert time.monotonic() < end, (f"no trials.parquet, API server and {workers} workers in time: "
+                                            f"{list(self.cmdlines.values())}")
             time.sleep(0.05)
-        time.sleep(0.2)  # let the recorder see every child (workers, API server)
 
-    def server(self) -> psutil.Process:
+    def _server_pid(self) -> int | None:
         for pid, cmdline in list(self.cmdlines.items()):
             if "uvicorn" in cmdline and "prefect" in cmdline:
-                return self.children[pid]
-        raise AssertionError(f"no Prefect API server among the children: {self.cmdlines}")
+                return pid
+        return None
+
+    def server(self) -> psutil.Process:
+        pid = self._server_pid()
+        if pid is None:
+            raise AssertionError(f"no Prefect API server among the children: {self.cmdlines}")
+        return self.children[pid]
 
     def workers(self) -> list[int]:
         return [pid for pid, cmdline in self.cmdlines.items() if "spawn_main" in cmdline]
