@@ -4,7 +4,7 @@ from __future__ import annotations
 from prefect.artifacts import create_link_artifact, create_markdown_artifact
 
 from spica_core.emit import EmitOptions, Emitted, emit_outputs, load_records, provenance_of, records_of
-from spica_core.emit.rechecks import confidence_check, with_headroom
+from spica_core.emit.rechecks import confidence_check, with_headroom, with_spread
 from spica_core.run.catalog import CATALOG
 from spica_core.run.fingerprint import file_fingerprint
 from spica_core.search import RankedCandidate, Tally, Trial
@@ -26,8 +26,9 @@ def emit_task(run: ValidatedRun, ranking: list[RankedCandidate], trials: list[Tr
     emitted = Emitted.on_disk(rd.path, load_records(rd), options) if rd.fresh("candidates", inputs) else None
     if emitted is None:
         records = records_of(ranking, tally, provenance)
-        records = with_headroom(records, [r.rank for r in options.chosen(records)], run.search_config,
-                                run.trace_file)
+        chosen = [r.rank for r in options.chosen(records)]
+        records = with_spread(with_headroom(records, chosen, run.search_config, run.trace_file), chosen,
+                              run.search_config, run.trace_file)
         rd.write("candidates", [r.to_row() for r in records], inputs)
         emitted = emit_outputs(rd, records, options, config=run.search_config, trials=trials, tally=tally,
                                provenance=provenance, trace_file=run.trace_file,

@@ -104,3 +104,22 @@ def test_three_processes_agree_exactly_on_round_robin_and_within_the_spread_on_t
     assert spread.n == 15 and len(set(spread.scores)) > 1
     assert all(spread.score.contains(s, margin=2 * spread.score.relative) for s in scores), (scores, spread.score)
     assert spread.score.relative < 0.02  # a few tenths of a percent, not a different candidate
+
+
+def test_an_emitted_kv_router_candidate_carries_its_spread_in_its_band(tmp_path: Path) -> None:
+    from spica_core.emit.records import CandidateRecord
+    from spica_core.emit.rechecks import with_spread
+    from spica_core.evaluate import evaluate_one
+
+    path = pinned(tmp_path)
+    config = load_inputs(path).config
+    req = request_of(path)
+    out = evaluate_one(req)
+    record = CandidateRecord(1, float(out.score), out.candidate.used_gpus, out.candidate, dict(out.metrics), None, 0, 0,
+                             bands=dict(out.bands))
+    [spread] = with_spread([record], [1], config, None)
+    ttft, before = spread.bands["ttft_ms"], out.bands["ttft_ms"]
+    assert ttft.spread > 0
+    assert ttft.p90 > before.p90 and ttft.p10 < before.p10 and ttft.p50 == before.p50
+    [untouched] = with_spread([record], [2], config, None)          # not emitted: no extra replays
+    assert untouched.bands == record.bands

@@ -2,6 +2,10 @@
 
 * Headroom (``spica_core.evaluate.headroom``): how much more traffic each emitted candidate takes
   before its SLA breaks; at most 8 replays each.
+* Replay spread (``spica_core.evaluate.repeats``): a KV-router candidate's replays differ slightly from
+  run to run (the runtime breaks routing ties with an unseeded generator), so each emitted one is
+  replayed ``SPREAD_REPEATS`` times and twice the half-width of its TTFT and ITL spread is added to
+  its band (three replays alone under-cover a fourth); round-robin replays are exact.
 * The confidence check: the report says which ``goal.sla_confidence`` ranked the candidates and how
   the top five would rank at 0.9, each replayed once more with the SLA held at that band quantile
   (``spica_core.evaluate.bands``). Only SLA-based objectives (goodput) can move; for the others the
@@ -18,11 +22,16 @@ from typing import Any
 
 from spica_core.config.model import GOODPUT_TARGETS, SmartSearchConfig
 from spica_core.emit.records import CandidateRecord
+from spica_core.errors import SpicaError
 from spica_core.evaluate.evaluator import EvalRequest, evaluate_one
+from spica_core.evaluate.bands import load_bands
 from spica_core.evaluate.headroom import find_headroom, metrics_attainment
+from spica_core.evaluate.repeats import replay_is_exact, replay_spread
 
 CHECK_CONFIDENCE = 0.9
 CHECK_TOP = 5
+SPREAD_REPEATS = 3
+SPREAD_WIDENING = 2.0   # three replays' half-width misses a fourth replay about 80 % of the time
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,25 @@ def with_headroom(records: Sequence[CandidateRecord], ranks: Sequence[int], conf
     return out
 
 
+def with_spread(records: Sequence[CandidateRecord], ranks: Sequence[int], config: SmartSearchConfig,
+                trace_file: Path | None) -> list[CandidateRecord]:
+    """The records whose replay is not exact (KV router) among ``ranks``, with their run-to-run spread in
+    their bands; a candidate whose extra replay fails keeps its band and gets the reason as its spread note."""
+    out = []
+    for r in records:
+        c = r.candidate
+        if r.rank in ranks and not replay_is_exact(c):
+            try:
+                spread = replay_spread(request_of(r, config, trace_file), SPREAD_REPEATS).band_spread()
+            except SpicaError:
+                spread = {}
+            widened = {k: SPREAD_WIDENING * v for k, v in spread.items()}
+            bands = load_bands().bands(c.context.model_name, c.context.hardware_sku, c.backend, r.metrics, widened)
+            r = replace(r, bands=bands)
+        out.append(r)
+    return out
+
+
 def sla_moves_score(config: SmartSearchConfig) -> bool:
     goal = config.goal
     return goal.sla is not None and bool(GOODPUT_TARGETS & set(goal.objectives)) and not goal.is_pareto
@@ -78,5 +106,5 @@ def confidence_check(records: Sequence[CandidateRecord], config: SmartSearchConf
     return ConfidenceCheck(confidence, scores)
 
 
-__all__ = ["ConfidenceCheck", "confidence_check", "sla_moves_score", "with_headroom", "request_of",
+__all__ = ["ConfidenceCheck", "confidence_check", "sla_moves_score", "with_headroom", "with_spread", "request_of",
            "CHECK_CONFIDENCE", "CHECK_TOP"]

@@ -485,6 +485,11 @@ def _candidates_table(inputs: ReportInputs, goal: _Goal) -> list[str]:
                      _with_band(m.get("mean_ttft_ms"), r.bands.get("ttft_ms")),
                      _with_band(itl, r.bands.get("itl_ms")), manifest])
     lines = _table(header, rows)
+    if any(r.candidate.router.is_kv for r in inputs.records[:TABLE_ROWS]):
+        lines += ["", "KV-router replays are not exactly reproducible: ai-dynamo-runtime breaks routing ties with an "
+                      "unseeded generator, so the same candidate scores about 0.1–0.5 % apart from run to run and a "
+                      "re-run sweep can rank near-ties differently. Each emitted KV-router candidate was replayed "
+                      "3 more times; twice its spread is in its band (`spread`)."]
     if len(inputs.records) > TABLE_ROWS:
         lines += ["", f"The top {TABLE_ROWS} of {fmt(len(inputs.records))} are shown; every candidate is in "
                       "[candidates.csv](candidates.csv)."]
