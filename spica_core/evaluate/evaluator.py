@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 import traceback
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from spica_core.config.model import OptimizationGoal, SmartSearchConfig, Workload
