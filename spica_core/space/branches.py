@@ -258,9 +258,6 @@ class Variant:
     backend: str
     precision: Precision
 
-    def label(self) -> str:
-        return f"{self.backend} {self.precision.label()}"
-
 
 # The knobs a Variant is made of: chosen together with the parallel config, never on their own.
 VARIANT_KNOBS: tuple[str, ...] = ("backend", "quantization", "kv_cache_dtype")
