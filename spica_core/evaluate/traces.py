@@ -29,6 +29,11 @@ def read_trace(path: str | Path) -> Iterator[TraceRow]:
     """Yield the fields the predictor windows need from a trace ``check_trace`` accepted.
 
     Raises TraceError naming the line if the file changed since (never a bare ValueError)."""
+    return (row for _, row in _lines(path))
+
+
+def _lines(path: str | Path) -> Iterator[tuple[str, TraceRow]]:
+    """Each non-blank line of a trace with its fields (the one place trace rows are parsed)."""
     with open(path) as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
@@ -38,10 +43,11 @@ def read_trace(path: str | Path) -> Iterator[TraceRow]:
                 ts = row["timestamp"] if "timestamp" in row else row["created_time"]
                 isl = row["input_length"] if "input_length" in row else row["input_tokens"]
                 osl = row["output_length"] if "output_length" in row else row["output_tokens"]
-                yield TraceRow(float(ts), int(isl), int(osl))
+                parsed = TraceRow(float(ts), int(isl), int(osl))
             except (ValueError, KeyError, TypeError) as exc:
                 raise TraceError(f"{path}:{lineno}: not a mooncake row ({type(exc).__name__}); need timestamp, "
                                  "input_length, output_length") from None
+            yield line, parsed
 
 
 @dataclass(frozen=True)
@@ -72,17 +78,11 @@ def _fitted(path: str, size: int, mtime_ns: int, max_seq_len: int, directory: st
     target = Path(directory) / f"fitted-{file_fingerprint(source)}-ctx{int(max_seq_len)}.jsonl"
     kept: list[str] = []
     left_out = 0
-    with open(source) as f:
-        for line in f:
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            isl = row["input_length"] if "input_length" in row else row["input_tokens"]
-            osl = row["output_length"] if "output_length" in row else row["output_tokens"]
-            if int(isl) + int(osl) > max_seq_len:
-                left_out += 1
-            else:
-                kept.append(line if line.endswith("\n") else line + "\n")
+    for line, row in _lines(source):
+        if row.input_length + row.output_length > max_seq_len:
+            left_out += 1
+        else:
+            kept.append(line if line.endswith("\n") else line + "\n")
     if not kept:
         raise TraceError(f"{source}: every request exceeds the context length {max_seq_len:,}; nothing is left "
                          "to replay (raise context_length, or pick a model with a longer context)")

@@ -71,10 +71,6 @@ def checkpoint_quantization(model_name: str) -> str:
     return spica_name(facts.gemm_quant_mode)
 
 
-def is_prequantized(model_name: str) -> bool:
-    return checkpoint_quantization(model_name) != BF16
-
-
 def precision_of(model_name: str, quantization: str | None, kv_cache_dtype: str) -> Precision:
     """The Precision a config's value means for this model (None = the checkpoint's own)."""
     own = checkpoint_quantization(model_name)
@@ -174,5 +170,5 @@ def check_quantization(config: Any, source: str) -> None:
         raise ConfigError(source, issues)
 
 
-__all__ = ["check_quantization", "BF16", "Precision", "aic_name", "spica_name", "checkpoint_quantization", "is_prequantized",
+__all__ = ["check_quantization", "BF16", "Precision", "aic_name", "spica_name", "checkpoint_quantization",
            "precision_of", "precisions", "perf_db_quantizations", "precision_problem"]
