@@ -159,3 +159,12 @@ def test_an_unknown_precision_name_lists_the_allowed_ones(tmp_path: Path, capsys
     assert spica(["validate", str(path)]) == 2
     err = capsys.readouterr().err
     assert "search_space.kv_cache_dtype[0]" in err and "['bf16', 'fp8']" in err
+
+
+def test_a_precision_the_engine_cannot_quantize_to_asks_for_a_checkpoint_not_an_fp8_flag() -> None:
+    config = _config(quantization="int4_wo", backend=["vllm"])
+    cand = Candidate.unroll(config.search_space, {"deployment_mode": "agg"}, ParallelConfig.from_dict("agg", {"tp": 2}))
+    doc = manifest(cand.resolved(backend_version=backend_version(SKU, "vllm")))
+    [worker] = [c for c in doc["spec"]["components"] if c["name"] == "worker"]
+    assert "--quantization" not in worker["podTemplate"]["spec"]["containers"][0]["args"]
+    assert "int4_wo checkpoint" in doc["metadata"]["annotations"]["spica.dev/approximations"]

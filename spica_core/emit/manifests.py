@@ -487,10 +487,10 @@ def _precision_args(ctx: _Context, backend: str) -> list[str]:
     """vLLM/SGLang ``--quantization`` (a bf16 checkpoint quantized at load) and ``--kv-cache-dtype``."""
     p = ctx.candidate.precision
     args: list[str] = []
-    if not p.native:
+    if not p.native and p.quantization in ONLINE_FP8:
         args += ["--quantization", "fp8"]
-        if p.quantization not in ONLINE_FP8:
-            _note_checkpoint(ctx, backend)
+    elif not p.native:   # the engine reads any other precision from a quantized checkpoint, never from a flag
+        _note_checkpoint(ctx, backend)
     if p.kv_cache_dtype == "fp8":
         args += ["--kv-cache-dtype", KV_DTYPE_FLAGS[backend]]
     return args
