@@ -96,6 +96,7 @@ def _fmt(value: Any) -> str:
 
 
 def render_text(outcome: Any, goal: Any, headroom: Any = None) -> str:
+    from spica_core.emit.report import band_range
     from spica_core.evaluate import headline
 
     sample = outcome.candidate.to_sample()
@@ -114,8 +115,7 @@ def render_text(outcome: Any, goal: Any, headroom: Any = None) -> str:
         for key, label in (("ttft_ms", "TTFT"), ("itl_ms", "ITL")):
             band = outcome.bands.get(key)
             if band is not None:
-                lines.append(f"  {label + ' on measured GPUs':<20} {_fmt(band.p10):>6} – {_fmt(band.p90)} ms "
-                             f"(p10–p90 of {band.rows} rows, {band.group})")
+                lines.append(f"  {label + ' on measured GPUs':<20} {band_range(band)}, p10–p90 ({band.group})")
         confidence = f", SLA held at confidence {goal.sla_confidence}" if goal.sla and goal.sla_confidence > 0.5 else ""
         lines.append(f"goal: {goal.target.value}"
                      + (f" (sla {goal.sla.model_dump(exclude_none=True)}{confidence})" if goal.sla else ""))

@@ -16,8 +16,7 @@ from prefect.context import FlowRunContext
 from prefect.logging import get_run_logger
 
 from spica_core.config.model import MINIMIZED_TARGETS, SmartSearchConfig
-from spica_core.emit.report import OBJECTIVE_LABELS, fmt
-from spica_core.evaluate.bands import Band
+from spica_core.emit.report import OBJECTIVE_LABELS, band_range, fmt
 from spica_core.evaluate.headroom import Headroom
 from spica_core.search import RankedCandidate, Tally, Trial
 
@@ -54,10 +53,6 @@ def _sla_text(config: SmartSearchConfig, metrics: dict[str, float], key: str, bo
     return f"{text} {'≤' if value <= bound else '>'} {fmt(bound, 'ms')}"
 
 
-def _band_text(band: Band | None) -> str:
-    return "—" if band is None else f"{band.p10:.3g}–{band.p90:.3g} ms ({band.rows} rows)"
-
-
 def candidate_row(config: SmartSearchConfig, rank: int | None, trial: Trial | RankedCandidate) -> dict[str, Any]:
     """One readable row: the knobs that tell rows apart, the score with its unit, TTFT/ITL against the SLA."""
     candidate = trial.candidate
@@ -75,7 +70,7 @@ def candidate_row(config: SmartSearchConfig, rank: int | None, trial: Trial | Ra
         "TTFT (SLA)": _sla_text(config, metrics, "mean_ttft_ms", sla.ttft_ms if sla else None),
         "ITL (SLA)": _sla_text(config, metrics, "mean_itl_ms" if "mean_itl_ms" in metrics else "mean_tpot_ms",
                                sla.itl_ms if sla else None),
-        **{f"{name} on measured GPUs": _band_text(trial.bands.get(key)) for key, name in (("ttft_ms", "TTFT"),
+        **{f"{name} on measured GPUs": band_range(trial.bands.get(key)) for key, name in (("ttft_ms", "TTFT"),
                                                                                          ("itl_ms", "ITL"))},
     })
     if isinstance(trial, Trial):

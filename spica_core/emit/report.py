@@ -499,11 +499,20 @@ def _candidates_table(inputs: ReportInputs, goal: _Goal) -> list[str]:
 TABLE_ROWS = 20  # the results table's length; candidates.csv has every candidate
 
 
+def _p10_p90(band: Band) -> str:
+    return f"{fmt(band.p10)}–{fmt(band.p90)}"
+
+
+def band_range(band: Band | None) -> str:
+    """``34.0–46.0 ms (60 rows)``: where the true value has landed on measured GPUs (p10–p90)."""
+    return "—" if band is None else f"{_p10_p90(band)} ms ({fmt(band.rows)} rows)"
+
+
 def _with_band(value: float | None, band: Band | None) -> str:
     """``38 ms (34–46 on measured GPUs, 60 rows)``."""
     if value is None or band is None:
         return fmt(value, "ms")
-    return f"{fmt(value, 'ms')} ({fmt(band.p10)}–{fmt(band.p90)} on measured GPUs, {fmt(band.rows)} rows)"
+    return f"{fmt(value, 'ms')} ({_p10_p90(band)} on measured GPUs, {fmt(band.rows)} rows)"
 
 
 def _winner_section(inputs: ReportInputs, goal: _Goal) -> list[str]:
@@ -959,4 +968,4 @@ def write_report(folder: Path, inputs: ReportInputs) -> ReportFiles:
 
 
 __all__ = ["ReportFiles", "ReportInputs", "render_html", "render_markdown", "write_report", "fmt",
-           "derived_metrics", "gives_up", "trace_profile", "progress_series", "backend_groups", "PLOT_NAMES"]
+           "derived_metrics", "gives_up", "band_range", "trace_profile", "progress_series", "backend_groups", "PLOT_NAMES"]
