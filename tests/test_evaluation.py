@@ -123,6 +123,31 @@ def kill_once_dispatched(pool: EvalPool, sig: int = signal.SIGKILL) -> list[int]
 
 
 @pytest.mark.slow
+def test_a_result_that_arrives_after_its_deadline_is_late(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parent can be descheduled on a busy machine; the deadline must not depend on when it polls."""
+    import spica_core.evaluate.pool as pool_module
+
+    with EvalPool(1, max_eval_seconds=120) as pool:
+        (warm,) = pool.evaluate_batch([request(FAST)])  # the worker loads AIC once
+        assert warm.status == "feasible"
+        real_wait = pool_module.wait
+
+        def slow_parent(conns: Any, timeout: float | None = None) -> Any:
+            time.sleep(2.0)
+            return real_wait(conns, 30.0)  # the result is in: FAST replays in well under a second
+
+        monkeypatch.setattr(pool_module, "wait", slow_parent)
+        pool.max_eval_seconds = 1.0
+        (late,) = pool.evaluate_batch([request(FAST)])
+        assert (late.status, late.reason) == ("infeasible", "exceed runtime: replay > 1s")
+        assert late.timings["wall_s"] >= 1.0 and pool.restarts == 0  # its worker finished: nothing to kill
+        monkeypatch.undo()
+        pool.max_eval_seconds = 120
+        (ok,) = pool.evaluate_batch([request(FAST)])
+        assert ok.status == "feasible"
+
+
+@pytest.mark.slow
 def test_pool_worker_crash_becomes_a_failed_outcome() -> None:
     with EvalPool(1, max_eval_seconds=120) as pool:
         pool.start()

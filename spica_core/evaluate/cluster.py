@@ -39,7 +39,7 @@ from typing import Any
 
 from spica_core.errors import ClusterError, RemoteTaskError, WorkerLost
 from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status, evaluate_in_worker
-from spica_core.evaluate.pool import POLL_S, EvalPool, WorkerGroup
+from spica_core.evaluate.pool import POLL_S, EvalPool, WorkerGroup, late
 
 log = logging.getLogger(__name__)
 
@@ -262,19 +262,17 @@ class ClusterEvaluator(WorkerGroup):
                     fifo[slot].remove(task)
                     now = time.perf_counter()
                     outcome.timings["wall_s"] = task.elapsed(now)
-                    results[task.index] = outcome
+                    overrun = None if task.start is None else late(task.request, now - task.start, self.max_eval_seconds)
+                    results[task.index] = outcome if outcome.status is Status.failed or overrun is None else overrun
                     self._clock(slot, now)
             if self.max_eval_seconds is not None:
                 now = time.perf_counter()
-                late = [t for t in tasks() if t.start is not None and now - t.start >= self.max_eval_seconds]
-                for task in late:
-                    req = requests[task.index]
-                    results[task.index] = Outcome(Status.infeasible, req.candidate,
-                                                  f"exceed runtime: replay > {self.max_eval_seconds:g}s",
-                                                  timings={"wall_s": now - task.start}, eval_id=req.eval_id)
+                overdue = [t for t in tasks() if t.start is not None and now - t.start >= self.max_eval_seconds]
+                for task in overdue:
+                    results[task.index] = late(task.request, now - task.start, self.max_eval_seconds)
                     fifo[task.slot].remove(task)
                     backend.cancel(task.handle)
-                for slot in dict.fromkeys(t.slot for t in late):  # the replay cannot be interrupted: kill it
+                for slot in dict.fromkeys(t.slot for t in overdue):  # the replay cannot be interrupted: kill it
                     backend.kill(slot)
                     self.restarts += 1
                     self._drop(slot, None, requests, queue, results)  # the others on it are not to blame

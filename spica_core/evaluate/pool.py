@@ -195,6 +195,16 @@ class WorkerGroup:
             self.terminate()
 
 
+def late(request: EvalRequest, elapsed: float, max_eval_seconds: float | None) -> Outcome | None:
+    """The "exceed runtime" outcome of a candidate whose deadline has passed, else None. A result that
+    arrives after its deadline (the parent was descheduled on a busy machine) is late too, so the hard
+    deadline does not depend on how promptly the parent polls."""
+    if max_eval_seconds is None or elapsed < float(max_eval_seconds):
+        return None
+    return Outcome(Status.infeasible, request.candidate, f"exceed runtime: replay > {max_eval_seconds:g}s",
+                   timings={"wall_s": elapsed}, eval_id=request.eval_id)
+
+
 _LIVE: weakref.WeakSet[EvalPool] = weakref.WeakSet()
 _ABANDONED = threading.Event()
 
@@ -310,16 +320,15 @@ class EvalPool(WorkerGroup):
             for conn in ready:
                 slot = by_conn[conn]  # type: ignore[index]
                 i, start = running.pop(slot)
-                results[i] = self._receive(slot, requests[i], start)
-            if self.max_eval_seconds is not None:
-                now = time.perf_counter()
-                for slot, (i, start) in list(running.items()):
-                    if now - start >= float(self.max_eval_seconds):
-                        del running[slot]
-                        results[i] = Outcome(Status.infeasible, requests[i].candidate,
-                                             f"exceed runtime: replay > {self.max_eval_seconds:g}s",
-                                             timings={"wall_s": now - start}, eval_id=requests[i].eval_id)
-                        self._replace(slot)
+                outcome = self._receive(slot, requests[i], start)
+                overrun = late(requests[i], time.perf_counter() - start, self.max_eval_seconds)
+                results[i] = outcome if outcome.status is Status.failed or overrun is None else overrun
+            now = time.perf_counter()
+            for slot, (i, start) in list(running.items()):
+                if overdue := late(requests[i], now - start, self.max_eval_seconds):
+                    del running[slot]
+                    results[i] = overdue
+                    self._replace(slot)
         return [results[i] for i in range(len(requests))]
 
     @staticmethod
