@@ -53,7 +53,7 @@ from results_doc import DOCS, write_section  # noqa: E402
 from spica_core.config.model import SmartSearchConfig  # noqa: E402
 from spica_core.evaluate import EvalPool, EvalRequest, Outcome  # noqa: E402
 from spica_core.evaluate.traces import write_poisson_trace  # noqa: E402
-from spica_core.search import EvalCache, SearchContext, Tally, Trial, round_plan, run_round  # noqa: E402
+from spica_core.search import EvalCache, SearchContext, Tally, Trial, search_branch  # noqa: E402
 from spica_core.space.branches import Branch, enumerate_branches  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "search.json"
@@ -78,6 +78,12 @@ SMALL_SPACE = {"model_name": "Qwen/Qwen3-32B", "hardware_sku": "h200_sxm", "gpu_
                "deployment_mode": ["agg"], "backend": ["vllm"], "agg_max_num_seqs": [256, 512, 1024],
                "agg_max_num_batched_tokens": [16384], "router_mode": ["round_robin"], **ROUTER_PINS}
 SLA = {"ttft_ms": 1500, "itl_ms": 30}
+MOONCAKE = ROOT / "examples" / "traces" / "mooncake_synthetic_trace.jsonl"  # the public trace (FAST'25)
+REAL_SPACE = {"model_name": "meta-llama/Meta-Llama-3.1-70B", "hardware_sku": "h200_sxm", "gpu_budget": 16,
+              "deployment_mode": ["agg", "disagg"], "backend": ["vllm"], "router_mode": ["kv_router", "round_robin"],
+              "planner_scaling_policy": ["disabled"]}
+REAL_SLA = {"ttft_ms": 10000, "itl_ms": 50}
+MEDIUM_SPACE = {**SMALL_SPACE, "agg_max_num_seqs": [256, 512, 1024], "agg_max_num_batched_tokens": [8192, 16384]}
 ISL, OSL = 3000, 300
 
 
@@ -99,32 +105,62 @@ def sample_key(request: EvalRequest) -> str:
 
 
 class Recorder:
-    """Evaluates with real replays and keeps every outcome by candidate."""
+    """The live pool as a search evaluator, keeping every outcome by candidate."""
 
     def __init__(self, pool: EvalPool):
         self.pool = pool
+        self.workers = pool.workers
         self.outcomes: dict[str, Outcome] = {}
+        self._requests: dict[int, EvalRequest] = {}
 
-    def evaluate_batch(self, requests: Sequence[EvalRequest]) -> list[Outcome]:
-        out = self.pool.evaluate_batch(requests)
-        for request, outcome in zip(requests, out):
-            self.outcomes[sample_key(request)] = outcome
-        return out
+    def capacity(self) -> int:
+        return self.pool.capacity()
+
+    def in_flight(self) -> int:
+        return self.pool.in_flight()
+
+    def submit(self, request: EvalRequest) -> int:
+        ticket = self.pool.submit(request)
+        self._requests[ticket] = request
+        return ticket
+
+    def poll(self, timeout: float) -> list[tuple[int, Outcome]]:
+        done = self.pool.poll(timeout)
+        for ticket, outcome in done:
+            self.outcomes[sample_key(self._requests.pop(ticket))] = outcome
+        return done
 
 
 class Recorded:
-    """Answers each candidate with the outcome the thorough run recorded for it (see the docstring)."""
+    """Answers each candidate with the outcome the thorough run recorded for it (see the docstring), as
+    ``WORKERS`` workers would, so the asks have the live sweep's shape and costs (its eval_seconds)."""
+
+    workers = WORKERS
 
     def __init__(self, outcomes: dict[str, Outcome]):
         self.outcomes = outcomes
+        self._queued: list[tuple[int, EvalRequest]] = []
+        self._tickets = 0
 
-    def evaluate_batch(self, requests: Sequence[EvalRequest]) -> list[Outcome]:
+    def capacity(self) -> int:
+        return self.workers - len(self._queued)
+
+    def in_flight(self) -> int:
+        return len(self._queued)
+
+    def submit(self, request: EvalRequest) -> int:
+        self._tickets += 1
+        self._queued.append((self._tickets, request))
+        return self._tickets
+
+    def poll(self, timeout: float) -> list[tuple[int, Outcome]]:
+        done, self._queued = self._queued, []
         out = []
-        for request in requests:
+        for ticket, request in done:
             outcome = self.outcomes.get(sample_key(request))
             if outcome is None:
                 raise KeyError(f"candidate not in the thorough record: {sample_key(request)[:200]}")
-            out.append(outcome)
+            out.append((ticket, outcome))
         return out
 
 
@@ -159,19 +195,15 @@ class SweepRun:
         return sum(1 for t in self.trials if not t.cache_hit) / max(1, len(self.trials))
 
 
-def sweep(config: SmartSearchConfig, branches: Sequence[Branch], trace: Path, evaluator: Any) -> SweepRun:
-    """The flow's search stage without Prefect: every branch's rounds, in order, until it stalls."""
+def sweep(config: SmartSearchConfig, branches: Sequence[Branch], trace: Path, evaluator: Any,
+          on_result: Any = None) -> SweepRun:
+    """The flow's search stage without Prefect: every branch, in order, to its end."""
     context = SearchContext(config, str(trace), None)
-    rounds, _ = round_plan(branches, config)
     trials: list[Trial] = []
     cache = EvalCache()
     started = time.perf_counter()
     for branch in branches:
-        for round_no in range(rounds[branch.mode]):
-            result = run_round(branch, context, round_no, trials, evaluator, cache)
-            trials += result.trials
-            if result.stalled:
-                break
+        trials += search_branch(branch, context, evaluator, cache, trials, on_result).trials
     return SweepRun(trials, time.perf_counter() - started)
 
 
@@ -235,32 +267,52 @@ def wall_split(run: SweepRun) -> dict[str, float]:
             "unique_ratio": run.unique_ratio, "methods": run.methods}
 
 
-def bench_small(trace: Path, pool: EvalPool) -> dict[str, Any]:
-    """The issue's 45-candidate space: a default sweep of 24 evaluations vs thorough, real replays."""
-    branches = enumerate_branches(make_config(SMALL_SPACE, trace)).branches
-    thorough = sweep(make_config(SMALL_SPACE, trace, policy="thorough"), branches, trace, pool)
-    default = sweep(make_config(SMALL_SPACE, trace, max_rounds=3), branches, trace, pool)
-    out = {"candidates": len(thorough.trials), "thorough_wall_s": thorough.wall_s, "default_wall_s": default.wall_s,
-           "default_evaluations": len(default.trials), "wall_ratio": default.wall_s / thorough.wall_s,
-           "best_ratio": default.best / thorough.best, "methods": default.methods}
-    print(f"[small] {out}", flush=True)
+def bench_small(name: str, space: dict[str, Any], trace: Path, pool: EvalPool, max_rounds: int,
+                per_round: int) -> dict[str, Any]:
+    """A small space: a default sweep covering a third to a half of it vs thorough, real replays."""
+    branches = enumerate_branches(make_config(space, trace)).branches
+    thorough = sweep(make_config(space, trace, policy="thorough"), branches, trace, pool)
+    default = sweep(make_config(space, trace, max_rounds=max_rounds, candidates_per_round=per_round), branches, trace,
+                    pool)
+    out = {"candidates": len(thorough.trials), "budget": max_rounds * per_round, "thorough_wall_s": thorough.wall_s,
+           "default_wall_s": default.wall_s, "default_evaluations": len(default.trials),
+           "wall_ratio": default.wall_s / thorough.wall_s, "best_ratio": default.best / thorough.best,
+           "methods": default.methods, "default_split": wall_split(default)}
+    print(f"[{name}] {out}", flush=True)
     return out
 
 
+def bench_real(pool: EvalPool) -> dict[str, Any]:
+    """The one-hour case's shape on the public Mooncake trace: Llama-3.1-70B on 16 × H200, agg + disagg,
+    6 rounds × 8 per branch (96 evaluations), default designer, real replays."""
+    config = SmartSearchConfig.from_dict({
+        "search_space": REAL_SPACE, "workload": {"trace_path": str(MOONCAKE)},
+        "goal": {"target": "goodput_per_gpu", "sla": REAL_SLA},
+        "sweep": {"parallel_evals": WORKERS, "candidates_per_round": PER_ROUND, "max_rounds": 6,
+                  "max_eval_seconds": 600}})
+    branches = enumerate_branches(config).branches
+    run = sweep(config, branches, MOONCAKE, pool)
+    split = wall_split(run)
+    print(f"[real] {split}", flush=True)
+    return {"configs": sum(len(b.pool) for b in branches), **split}
+
+
 def bench_rss(space: dict[str, Any], trace: Path, outcomes: dict[str, Outcome], suggestions: int) -> dict[str, Any]:
-    """RSS of this process over ``suggestions`` GP-UCB-PE suggestions in the dense disagg branch (568
-    candidates; recorded outcomes, caches kept)."""
+    """RSS of this process over ``suggestions`` default-designer suggestions in the dense disagg branch (568
+    candidates; recorded outcomes, compile caches kept), sampled every ``PER_ROUND`` trials."""
     config = make_config(space, trace, max_rounds=suggestions // PER_ROUND)
     branches = [b for b in enumerate_branches(config).branches if b.mode == "disagg"]
-    context = SearchContext(config, str(trace), None)
-    proc, trials, rss = psutil.Process(), [], []
-    recorded = Recorded(outcomes)
-    for round_no in range(suggestions // PER_ROUND):
-        trials += run_round(branches[0], context, round_no, trials, recorded, EvalCache()).trials
-        rss.append(proc.memory_info().rss / 2**20)
+    proc, rss = psutil.Process(), []
+
+    def sample(trial: Trial) -> None:
+        if (trial.trial + 1) % PER_ROUND == 0:
+            rss.append(proc.memory_info().rss / 2**20)
+
+    run = sweep(config, branches, trace, Recorded(outcomes), sample)
     growth = rss[-1] / rss[1] - 1
-    print(f"[rss] {len(trials)} suggestions: {rss[1]:.0f} → {rss[-1]:.0f} MB ({growth:+.1%})", flush=True)
-    return {"suggestions": len(trials), "rss_mb": rss, "growth_after_second_ask": growth}
+    print(f"[rss] {len(run.trials)} suggestions ({run.methods}): {rss[1]:.0f} → {rss[-1]:.0f} MB ({growth:+.1%})",
+          flush=True)
+    return {"suggestions": len(run.trials), "rss_mb": rss, "growth_after_second_ask": growth, "methods": run.methods}
 
 
 def bench_quickstart() -> dict[str, Any]:
@@ -326,12 +378,18 @@ def write_docs(results: dict[str, Any]) -> None:
                   f"optimizer {s['optimizer_s']:.1f} s + orchestration {s['orchestration_s']:.1f} s; time outside "
                   f"replays ÷ wall = **{s['outside_replay_ratio']:.2f}**; unique ÷ suggestions "
                   f"{s['unique_ratio']:.2f}.", ""]
-    if "small" in results:
-        s = results["small"]
-        lines += [f"**45-candidate space** (Qwen3-32B agg, 8 × h200_sxm): default sweep of "
-                  f"{s['default_evaluations']} evaluations {s['default_wall_s']:.1f} s vs thorough "
-                  f"{s['thorough_wall_s']:.1f} s: ratio **{s['wall_ratio']:.2f}**; its best ÷ optimum "
-                  f"{s['best_ratio']:.3f}.", ""]
+    if "real" in results:
+        s = results["real"]
+        lines += [f"**Real trace** (public Mooncake trace, 3,993 requests; Llama-3.1-70B on 16 × h200_sxm, vLLM, agg "
+                  f"+ disagg, {s['evaluations']} evaluations): wall {s['wall_s']:.0f} s = replay "
+                  f"{s['replay_wall_s']:.0f} s (Σ {s['replay_s']:.0f} s ÷ {WORKERS}) + the rest; optimizer "
+                  f"{s['optimizer_s']:.0f} s, mostly while replays ran; time outside replays ÷ wall = "
+                  f"**{s['outside_replay_ratio']:.2f}**; picks {s['methods']}.", ""]
+    for size, s in results.get("small", {}).items():
+        lines += [f"**{s['candidates']}-candidate space** (Qwen3-32B agg, 8 × h200_sxm): default sweep with a budget of "
+                  f"{s['budget']} ({s['default_evaluations']} evaluated, picks {s['methods']}) "
+                  f"{s['default_wall_s']:.1f} s vs thorough {s['thorough_wall_s']:.1f} s: ratio "
+                  f"**{s['wall_ratio']:.2f}**; its best ÷ optimum {s['best_ratio']:.3f}.", ""]
     if "rss" in results:
         r = results["rss"]
         lines += [f"**RSS** over {r['suggestions']} GP-UCB-PE suggestions with caches kept: "
@@ -372,7 +430,11 @@ def main() -> None:
     with EvalPool(WORKERS, max_eval_seconds=300) as pool:
         for name, space in SPACES.items():
             results["spaces"][name], recorded[name] = bench_space(name, space, trace, seeds, budgets, pool)
-        results["small"] = bench_small(make_trace("shared_prefix_400", 400), pool)
+        results["small"] = {
+            "45": bench_small("small-45", SMALL_SPACE, make_trace("shared_prefix_400", 400), pool, 3, PER_ROUND),
+            "90": bench_small("small-90", MEDIUM_SPACE, make_trace("shared_prefix_4000", 4000), pool, 8, 4)}
+        if not args.quick:
+            results["real"] = bench_real(pool)
     if not args.quick:
         dense = results["spaces"]["dense"]
         results["rss"] = bench_rss(SPACES["dense"], trace, recorded["dense"], 200)

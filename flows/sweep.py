@@ -13,7 +13,7 @@ from spica_core.search import EvalCache, SearchContext, SweepSummary, Tally, Tri
 from tasks.emit import emit_task
 from tasks.load_predictor import load_predictor_task
 from tasks.progress import SweepProgress
-from tasks.search import rank_task, round_task, stored_trials
+from tasks.search import branch_task, rank_task, stored_trials
 from tasks.space import enumerate_branches_task, kv_filter_task
 from tasks.stage import one_line
 from tasks.ui import UIProgress, publish_summary
@@ -68,10 +68,10 @@ def _search_and_rank(run: ValidatedRun, show_progress: bool) -> SweepSummary:
         branch_set = kv_filter_task(enumerate_branches_task(config, run.run_dir), run.run_dir)
         predictor = load_predictor_task(run)
         context = SearchContext(config, str(run.trace_file) if run.trace_file else None, predictor,
-                                warm_start=run.warm_start, workers=evaluator.workers)
+                                warm_start=run.warm_start)
         done = stored_trials(run.run_dir, context)  # a resumed run starts from what is already done
         cache = EvalCache.of(done)
-        rounds, target = round_plan(branch_set.branches, config)
+        _, target = round_plan(branch_set.branches, config)
         progress = SweepProgress(target, config.goal.is_pareto, enabled=show_progress)
         ui = UIProgress(run.identity.run_id, config, target)
         for trial in done:
@@ -84,11 +84,9 @@ def _search_and_rank(run: ValidatedRun, show_progress: bool) -> SweepSummary:
 
         stalls: list[str] = []
         for branch in branch_set.branches:
-            for round_no in range(rounds[branch.mode]):
-                result = round_task(run, branch, round_no, context, evaluator, cache, on_result)
-                if result.stalled:
-                    stalls.append(result.message)
-                    break
+            result = branch_task(run, branch, context, evaluator, cache, on_result, progress.tick)
+            if result.stalled:
+                stalls.append(result.message)
     progress.draw(final=True)
     ui.update()
     ranking = rank_task(run, context)

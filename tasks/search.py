@@ -1,7 +1,7 @@
-"""Stages 5–6: one search round of one branch (``trials.parquet``) and rank / Pareto (``ranking.parquet``).
+"""Stages 5–6: the search of one branch (``trials.parquet``) and rank / Pareto (``ranking.parquet``).
 
-The round loop itself decides what a round still needs (``spica_core.search.run_round``); these
-tasks only read the run folder, call it, append what it evaluated and publish UI tables.
+The branch loop itself decides what to ask and when it is done (``spica_core.search.search_branch``);
+these tasks only read the run folder, call it, append what it evaluated and publish UI tables.
 """
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from prefect.runtime import task_run
 from spica_core.evaluate import Evaluator
 from spica_core.run.catalog import CATALOG, RunDir
 from spica_core.run.fingerprint import file_fingerprint
-from spica_core.search import EvalCache, RankedCandidate, RoundResult, SearchContext, Trial, rank_trials, run_round
+from spica_core.search import BranchResult, EvalCache, RankedCandidate, SearchContext, Trial, rank_trials, search_branch
 from spica_core.space.branches import Branch
 
 from tasks.stage import stage
-from tasks.ui import publish_ranking, publish_round
+from tasks.ui import publish_branch, publish_ranking
 from tasks.validate import ValidatedRun
 
 
@@ -31,25 +31,28 @@ def stored_trials(rd: RunDir, context: SearchContext) -> list[Trial]:
     return [Trial.from_row(r) for r in rd.rows("trials")]
 
 
-def _round_name() -> str:
-    """Rounds are numbered from 1 for people (``round`` is 0-based in the artifacts' rows)."""
-    parameters = task_run.parameters
-    return f"{parameters['branch'].mode} round {parameters['round_no'] + 1}"
+def _branch_name() -> str:
+    return f"search {task_run.parameters['branch'].mode}"
 
 
-@stage("search round", task_run_name=_round_name, retries=1)
-def round_task(run: ValidatedRun, branch: Branch, round_no: int, context: SearchContext, evaluator: Evaluator,
-               cache: EvalCache, on_result: Callable[[Trial], None] | None = None) -> RoundResult:
-    """Pick untried candidates → evaluate (parallel) → observe; each ask's trials are appended to trials.parquet
-    as soon as they are evaluated, so an interrupted round resumes without repeating evaluations."""
+@stage("search branch", task_run_name=_branch_name, retries=1)
+def branch_task(run: ValidatedRun, branch: Branch, context: SearchContext, evaluator: Evaluator, cache: EvalCache,
+                on_result: Callable[[Trial], None] | None = None,
+                on_wait: Callable[[], None] | None = None) -> BranchResult:
+    """Ask → evaluate (parallel, overlapping) → observe, to the branch's end; every trial is appended to
+    trials.parquet as soon as it finishes, so an interrupted branch resumes without repeating evaluations."""
     rd = run.run_dir
     inputs = trials_fingerprint(context)
     if rd.has("trials") and not rd.fresh("trials", inputs):
         rd.write("trials", [], inputs)  # searched in another context: its scores do not carry over
-    result = run_round(branch, context, round_no, stored_trials(rd, context), evaluator, cache, on_result,
-                       on_batch=lambda new: rd.append("trials", [t.to_row() for t in new], inputs))
-    publish_round(run.identity.run_id, run.search_config, branch.mode, round_no, result.trials,
-                  stored_trials(rd, context))
+
+    def record(trial: Trial) -> None:
+        rd.append("trials", [trial.to_row()], inputs)
+        if on_result is not None:
+            on_result(trial)
+
+    result = search_branch(branch, context, evaluator, cache, stored_trials(rd, context), record, on_wait)
+    publish_branch(run.identity.run_id, run.search_config, branch.mode, result.trials, stored_trials(rd, context))
     if result.message:
         print(result.message)
     return result

@@ -131,17 +131,18 @@ class UIProgress:
                                                  f"{_score_text(self.config, self.best)}")
 
 
-def publish_round(run_id: str, config: SmartSearchConfig, mode: str, round_no: int, trials: Sequence[Trial],
-                  all_trials: Sequence[Trial]) -> None:
+def publish_branch(run_id: str, config: SmartSearchConfig, mode: str, trials: Sequence[Trial],
+                   all_trials: Sequence[Trial]) -> None:
     if not in_flow_run() or not trials:
         return
     tally = Tally.of(all_trials)
     scored = [t.score for t in all_trials if t.is_evaluated_success and t.score is not None and t.mode == mode]
     best = _score_text(config, max(scored)) if scored else "—"
     reasons = "; ".join(f"{n} × {r}" for r, n in tally.top_reasons()) or "none"
+    rounds = len({t.round for t in trials})
     create_table_artifact(
-        key=artifact_key(run_id, f"{mode}-rounds"), table=[candidate_row(config, None, t) for t in trials],
-        description=f"run {run_id}: {mode} round {round_no + 1}, {len(trials)} evaluation(s); best so far {best}; "
+        key=artifact_key(run_id, f"{mode}-trials"), table=[candidate_row(config, None, t) for t in trials],
+        description=f"run {run_id}: {mode}, {len(trials)} evaluation(s) in {rounds} round(s); best {best}; "
                     f"tally {tally.feasible} feasible of {tally.attempts} ({reasons})")
 
 

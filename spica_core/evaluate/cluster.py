@@ -39,7 +39,7 @@ from typing import Any
 
 from spica_core.errors import ClusterError, RemoteTaskError, WorkerLost
 from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status, evaluate_in_worker
-from spica_core.evaluate.pool import POLL_S, EvalPool, WorkerGroup, late
+from spica_core.evaluate.pool import POLL_S, EvalPool, WorkerGroup, evaluate_all, late
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ def _grpc_ready(address: str, host: str, port: int) -> None:
 
 @dataclass(eq=False)
 class _Task:
-    index: int
+    index: int                   # the ticket
     request: EvalRequest
     losses: list[str]
     slot: Any
@@ -187,7 +187,12 @@ class ClusterEvaluator(WorkerGroup):
             self._backend = _DaskBackend(self.address)
         else:
             self._backend = _RayBackend(self.address, host, port)
-        self._fifo: dict[Any, list[_Task]] = {}
+        self._fifo: dict[Any, list[_Task]] = {}              # slot → its tasks, running first
+        self._queue: deque[tuple[int, list[str]]] = deque()  # (ticket, losses so far) waiting for a slot
+        self._requests: dict[int, EvalRequest] = {}
+        self._finished: list[tuple[int, Outcome]] = []
+        self._ticket = 0
+        self._idle_since = time.monotonic()
 
     @property
     def engine(self) -> str:
@@ -205,97 +210,121 @@ class ClusterEvaluator(WorkerGroup):
     def close(self) -> None:
         """Release the cluster: cancel what is left, disconnect (idempotent)."""
         busy = [slot for slot, tasks in self._fifo.items() if tasks]
-        self._fifo = {}
+        self._fifo, self._queue, self._requests, self._finished = {}, deque(), {}, []
         self._backend.close(kill=busy)
 
     def terminate(self) -> None:
         """Stop now: kill the worker processes still running this client's evaluations, disconnect."""
         self.close()
 
-    # ------------------------------------------------------------ the batch
+    # ------------------------------------------------------------ the stream
+
+    def capacity(self) -> int:
+        """Free room on the cluster: every slot's threads plus PREFETCH queued behind them, less what is
+        running or queued already."""
+        self._backend.start()
+        room = sum(self._backend.threads(slot) + PREFETCH for slot in self._backend.ready_slots()) \
+            or self.workers + PREFETCH  # none ready (warming, lost): queue, and let poll say so if none comes
+        return max(0, room - sum(len(ts) for ts in self._fifo.values()) - len(self._queue))
+
+    def in_flight(self) -> int:
+        return sum(len(ts) for ts in self._fifo.values()) + len(self._queue) + len(self._finished)
+
+    def submit(self, request: EvalRequest) -> int:
+        self._backend.start()
+        self._ticket += 1
+        self._requests[self._ticket] = request
+        self._queue.append((self._ticket, []))
+        self._dispatch()
+        return self._ticket
+
+    def poll(self, timeout: float) -> list[tuple[int, Outcome]]:
+        """One turn of the loop: lost slots, dispatch and stealing, results, deadlines."""
+        backend = self._backend
+        fifo = self._fifo
+        if self._queue or self.in_flight():
+            self._turn(backend, fifo, timeout)
+        done, self._finished = self._finished, []
+        for ticket, _ in done:
+            self._requests.pop(ticket, None)
+        return done
+
+    def _turn(self, backend: _DaskBackend | _RayBackend, fifo: dict[Any, list[_Task]], timeout: float) -> None:
+        EvalPool._check_abandoned()
+        for slot, reason in backend.dead():  # (reason None: retired, its evaluations are not to blame)
+            self._drop(slot, reason)
+        self._dispatch()
+        if not self._queue:
+            self._steal()
+        tasks = [t for ts in fifo.values() for t in ts]
+        if tasks or not self._queue:
+            self._idle_since = time.monotonic()
+        elif time.monotonic() - self._idle_since > NO_WORKER_S:
+            raise ClusterError(f"no worker of the cluster at {self.address} could take an evaluation for "
+                               f"{NO_WORKER_S:g}s{backend.why_no_worker()}")
+        if self._finished:
+            timeout = 0.0
+        started = [t.start for t in tasks if t.start is not None]
+        if self.max_eval_seconds is not None and started:
+            first = min(started) + float(self.max_eval_seconds)
+            timeout = min(timeout, max(0.0, first - time.perf_counter()))
+        done = backend.wait([t.handle for t in tasks], min(timeout, POLL_S))
+        EvalPool._check_abandoned()
+        backend.fetch(done)
+        for slot in list(fifo):
+            for task in [t for t in fifo.get(slot, []) if t.handle in done]:
+                if task not in fifo.get(slot, []):
+                    continue  # its slot was lost while collecting an earlier result
+                try:
+                    outcome = backend.collect(slot, task.handle)
+                except WorkerLost as lost:
+                    self._drop(slot, lost.reason)
+                    break
+                except RemoteTaskError as err:
+                    outcome = Outcome(Status.failed, task.request.candidate, str(err), eval_id=task.request.eval_id)
+                fifo[slot].remove(task)
+                now = time.perf_counter()
+                outcome.timings["wall_s"] = task.elapsed(now)
+                overrun = None if task.start is None else late(task.request, now - task.start, self.max_eval_seconds)
+                self._finished.append((task.index, outcome if outcome.status is Status.failed or overrun is None
+                                       else overrun))
+                self._clock(slot, now)
+        if self.max_eval_seconds is not None:
+            now = time.perf_counter()
+            overdue = [t for ts in fifo.values() for t in ts
+                       if t.start is not None and now - t.start >= self.max_eval_seconds]
+            for task in overdue:
+                self._finished.append((task.index, late(task.request, now - task.start, self.max_eval_seconds)))
+                fifo[task.slot].remove(task)
+                backend.cancel(task.handle)
+            for slot in dict.fromkeys(t.slot for t in overdue):  # the replay cannot be interrupted: kill it
+                backend.kill(slot)
+                self.restarts += 1
+                self._drop(slot, None)  # the others on it are not to blame
 
     def evaluate_batch(self, requests: Sequence[EvalRequest]) -> list[Outcome]:
         """Outcomes in request order; each slot takes the next request when it has room, each deadline
         counts from the candidate's own start."""
-        backend = self._backend
-        backend.start()
-        results: dict[int, Outcome] = {}
-        queue: deque[tuple[int, list[str]]] = deque((i, []) for i in range(len(requests)))
-        fifo = self._fifo = {}
-        idle_since = time.monotonic()
+        return evaluate_all(self, requests)
 
-        def tasks() -> list[_Task]:
-            return [t for ts in fifo.values() for t in ts]
-
-        while queue or any(fifo.values()):
-            EvalPool._check_abandoned()
-            for slot, reason in backend.dead():  # (reason None: retired, its evaluations are not to blame)
-                self._drop(slot, reason, requests, queue, results)
-            self._dispatch(requests, queue)
-            if not queue:
-                self._steal(requests)
-            if any(fifo.values()) or not queue:
-                idle_since = time.monotonic()
-            elif time.monotonic() - idle_since > NO_WORKER_S:
-                raise ClusterError(f"no worker of the cluster at {self.address} could take an evaluation for "
-                                 f"{NO_WORKER_S:g}s{backend.why_no_worker()}")
-            timeout = POLL_S
-            started = [t.start for t in tasks() if t.start is not None]
-            if self.max_eval_seconds is not None and started:
-                first = min(started) + float(self.max_eval_seconds)
-                timeout = min(POLL_S, max(0.0, first - time.perf_counter()))
-            done = backend.wait([t.handle for t in tasks()], timeout)
-            EvalPool._check_abandoned()
-            backend.fetch(done)
-            for slot in list(fifo):
-                for task in [t for t in fifo.get(slot, []) if t.handle in done]:
-                    if task not in fifo.get(slot, []):
-                        continue  # its slot was lost while collecting an earlier result
-                    try:
-                        outcome = backend.collect(slot, task.handle)
-                    except WorkerLost as lost:
-                        self._drop(slot, lost.reason, requests, queue, results)
-                        break
-                    except RemoteTaskError as err:
-                        outcome = Outcome(Status.failed, task.request.candidate, str(err),
-                                          eval_id=task.request.eval_id)
-                    fifo[slot].remove(task)
-                    now = time.perf_counter()
-                    outcome.timings["wall_s"] = task.elapsed(now)
-                    overrun = None if task.start is None else late(task.request, now - task.start, self.max_eval_seconds)
-                    results[task.index] = outcome if outcome.status is Status.failed or overrun is None else overrun
-                    self._clock(slot, now)
-            if self.max_eval_seconds is not None:
-                now = time.perf_counter()
-                overdue = [t for t in tasks() if t.start is not None and now - t.start >= self.max_eval_seconds]
-                for task in overdue:
-                    results[task.index] = late(task.request, now - task.start, self.max_eval_seconds)
-                    fifo[task.slot].remove(task)
-                    backend.cancel(task.handle)
-                for slot in dict.fromkeys(t.slot for t in overdue):  # the replay cannot be interrupted: kill it
-                    backend.kill(slot)
-                    self.restarts += 1
-                    self._drop(slot, None, requests, queue, results)  # the others on it are not to blame
-        self._fifo = {}
-        return [results[i] for i in range(len(requests))]
-
-    def _submit(self, slot: Any, i: int, losses: list[str], requests: Sequence[EvalRequest]) -> None:
-        task = _Task(i, requests[i], losses, slot)
-        task.handle = self._backend.submit(slot, requests[i])
+    def _submit(self, slot: Any, ticket: int, losses: list[str]) -> None:
+        request = self._requests[ticket]
+        task = _Task(ticket, request, losses, slot)
+        task.handle = self._backend.submit(slot, request)
         task.submitted = time.perf_counter()
         slot_tasks = self._fifo.setdefault(slot, [])
         slot_tasks.append(task)
         if len(slot_tasks) <= self._backend.threads(slot):
             task.start = task.submitted
 
-    def _dispatch(self, requests: Sequence[EvalRequest], queue: deque[tuple[int, list[str]]]) -> None:
+    def _dispatch(self) -> None:
         """Fill every ready slot's threads first, then queue PREFETCH more on each."""
         slots = self._backend.ready_slots()
         for extra in (0, PREFETCH):
             for slot in sorted(slots, key=lambda s: len(self._fifo.get(s, ())) / self._backend.threads(s)):
-                while queue and len(self._fifo.get(slot, ())) < self._backend.threads(slot) + extra:
-                    i, losses = queue.popleft()
-                    self._submit(slot, i, losses, requests)
+                while self._queue and len(self._fifo.get(slot, ())) < self._backend.threads(slot) + extra:
+                    ticket, losses = self._queue.popleft()
+                    self._submit(slot, ticket, losses)
 
     def _clock(self, slot: Any, now: float) -> None:
         """A slot finished one: the next queued evaluation(s) run from now."""
@@ -303,7 +332,7 @@ class ClusterEvaluator(WorkerGroup):
             if task.start is None:
                 task.start = now
 
-    def _steal(self, requests: Sequence[EvalRequest]) -> None:
+    def _steal(self) -> None:
         """The queue is dry: a slot with nothing to do takes a candidate queued behind a long evaluation."""
         now = time.perf_counter()
         for slot in self._backend.ready_slots():
@@ -315,10 +344,9 @@ class ClusterEvaluator(WorkerGroup):
                 return
             task = max(donors, key=len).pop()
             self._backend.cancel(task.handle)
-            self._submit(slot, task.index, task.losses, requests)
+            self._submit(slot, task.index, task.losses)
 
-    def _drop(self, slot: Any, reason: str | None, requests: Sequence[EvalRequest],
-              queue: deque[tuple[int, list[str]]], results: dict[int, Outcome]) -> None:
+    def _drop(self, slot: Any, reason: str | None) -> None:
         """A slot is gone: lost (``reason``; its running evaluations are retried once), or killed by this client
         at a deadline or retired by the scheduler (``None``: the evaluations on it are not to blame). Queued
         ones go back to the queue."""
@@ -327,17 +355,19 @@ class ClusterEvaluator(WorkerGroup):
         for task in reversed(gone):
             self._backend.cancel(task.handle)
             if reason is None or task.start is None:
-                queue.appendleft((task.index, task.losses))
+                self._queue.appendleft((task.index, task.losses))
                 continue
             self.restarts += 1
             losses = [*task.losses, reason]
-            req = requests[task.index]
+            req = task.request
             if len(losses) < LOST_LIMIT:
                 log.warning("evaluation %s: %s; evaluating it again", req.eval_id or task.index, reason)
-                queue.appendleft((task.index, losses))
+                self._queue.appendleft((task.index, losses))
             else:
-                results[task.index] = Outcome(Status.failed, req.candidate, f"worker lost twice: {'; '.join(losses)}",
-                                              timings={"wall_s": task.elapsed(now)}, eval_id=req.eval_id)
+                self._finished.append((task.index, Outcome(Status.failed, req.candidate,
+                                                           f"worker lost twice: {'; '.join(losses)}",
+                                                           timings={"wall_s": task.elapsed(now)},
+                                                           eval_id=req.eval_id)))
 
 
 # ---------------------------------------------------------------- Dask

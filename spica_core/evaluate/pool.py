@@ -37,8 +37,14 @@ _STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 
 
 class Evaluator(Protocol):
-    """Anything that turns a batch of requests into outcomes, in request order; a context manager that
-    releases its processes on exit. ``workers`` is how many evaluations it runs at once."""
+    """Anything that runs evaluations, as a stream or a batch; a context manager that releases its
+    processes on exit. ``workers`` is how many evaluations it runs at once.
+
+    The stream is what a search uses, so that a worker that frees up gets the next candidate at once:
+    ``submit`` starts one evaluation (only while ``capacity()`` is positive) and returns its ticket;
+    ``poll`` waits up to ``timeout`` seconds and returns the ``(ticket, outcome)`` pairs finished since
+    the last call. ``evaluate_batch`` is the stream run to the end, outcomes in request order.
+    """
 
     workers: int
 
@@ -46,7 +52,29 @@ class Evaluator(Protocol):
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None: ...
 
+    def capacity(self) -> int: ...
+
+    def submit(self, request: EvalRequest) -> int: ...
+
+    def poll(self, timeout: float) -> list[tuple[int, Outcome]]: ...
+
+    def in_flight(self) -> int: ...
+
     def evaluate_batch(self, requests: Sequence[EvalRequest]) -> list[Outcome]: ...
+
+
+def evaluate_all(evaluator: Evaluator, requests: Sequence[EvalRequest]) -> list[Outcome]:
+    """A batch through the stream: each free slot takes the next request, outcomes in request order."""
+    results: dict[int, Outcome] = {}
+    tickets: dict[int, int] = {}
+    queue = list(range(len(requests)))
+    while queue or tickets:
+        while queue and evaluator.capacity() > 0:
+            i = queue.pop(0)
+            tickets[evaluator.submit(requests[i])] = i
+        for ticket, outcome in evaluator.poll(POLL_S):
+            results[tickets.pop(ticket)] = outcome
+    return [results[i] for i in range(len(requests))]
 
 
 def _worker_main(conn: Connection) -> None:
@@ -243,6 +271,9 @@ class EvalPool(WorkerGroup):
         self.max_eval_seconds = max_eval_seconds
         self._ctx = mp.get_context("spawn")
         self._pool: list[_Worker] = []
+        self._running: dict[int, tuple[int, EvalRequest, float]] = {}   # worker slot → (ticket, request, start)
+        self._finished: list[tuple[int, Outcome]] = []
+        self._tickets = 0
         self.restarts = 0
         _LIVE.add(self)
 
@@ -265,11 +296,13 @@ class EvalPool(WorkerGroup):
     def close(self) -> None:
         """Ask the workers to exit, then terminate the ones that do not within a few seconds (idempotent)."""
         workers, self._pool = self._pool, []
+        self._running, self._finished = {}, []
         _stop_workers(workers, polite=True)
 
     def terminate(self) -> None:
         """Stop the workers now: SIGTERM, SIGKILL after a short grace (idempotent; at most ~2 s)."""
         workers, self._pool = self._pool, []
+        self._running, self._finished = {}, []
         _stop_workers(workers, polite=False)
 
     def worker_pids(self) -> list[int]:
@@ -283,53 +316,66 @@ class EvalPool(WorkerGroup):
         w.start()
         self.restarts += 1
 
+    def capacity(self) -> int:
+        """Idle workers: a request is sent only to one, so queued work never eats a candidate's time."""
+        return self.workers - len(self._running)
+
+    def in_flight(self) -> int:
+        return len(self._running) + len(self._finished)
+
+    def submit(self, request: EvalRequest) -> int:
+        """Send ``request`` to an idle worker (starting the pool on first use); its deadline starts now."""
+        if not self._pool:
+            self.start()
+        slot = next((s for s in range(len(self._pool)) if s not in self._running), None)
+        if slot is None:
+            raise RuntimeError("submit() needs an idle worker: check capacity() first")
+        ticket = self._tickets = self._tickets + 1
+        if not self._pool[slot].wait_ready(self.START_TIMEOUT_S):  # a replaced worker warms up first
+            self._check_abandoned()
+            raise SpicaError("an evaluation worker process failed to start")
+        try:
+            self._pool[slot].conn.send((time.perf_counter(), request))
+            self._running[slot] = (ticket, request, time.perf_counter())
+        except (OSError, BrokenPipeError) as exc:
+            self._check_abandoned()
+            self._finished.append((ticket, Outcome(Status.failed, request.candidate, f"worker unavailable: {exc}",
+                                                   eval_id=request.eval_id)))
+            self._replace(slot)
+        return ticket
+
+    def poll(self, timeout: float) -> list[tuple[int, Outcome]]:
+        """Wait up to ``timeout`` (and at most until the first deadline) for results; a candidate past its
+        deadline is infeasible and its worker is replaced."""
+        self._check_abandoned()
+        if self._running and not self._finished:
+            wait_s = min(timeout, POLL_S)
+            if self.max_eval_seconds is not None:
+                first_deadline = min(start for _, _, start in self._running.values()) + float(self.max_eval_seconds)
+                wait_s = min(wait_s, max(0.0, first_deadline - time.perf_counter()))
+            ready = wait([self._pool[slot].conn for slot in self._running], timeout=wait_s)
+            self._check_abandoned()
+            by_conn = {self._pool[slot].conn: slot for slot in self._running}
+            for conn in ready:
+                slot = by_conn[conn]  # type: ignore[index]
+                ticket, request, start = self._running.pop(slot)
+                outcome = self._receive(slot, request, start)
+                overrun = late(request, time.perf_counter() - start, self.max_eval_seconds)
+                self._finished.append((ticket, outcome if outcome.status is Status.failed or overrun is None
+                                       else overrun))
+            now = time.perf_counter()
+            for slot, (ticket, request, start) in list(self._running.items()):
+                if overdue := late(request, now - start, self.max_eval_seconds):
+                    del self._running[slot]
+                    self._finished.append((ticket, overdue))
+                    self._replace(slot)
+        done, self._finished = self._finished, []
+        return done
+
     def evaluate_batch(self, requests: Sequence[EvalRequest]) -> list[Outcome]:
         """Outcomes in request order. Each idle worker takes the next request, so one slow candidate
         never holds the others back; each candidate's deadline counts from its own start."""
-        if not self._pool:
-            self.start()
-        results: dict[int, Outcome] = {}
-        queue = list(range(len(requests)))
-        running: dict[int, tuple[int, float]] = {}        # worker slot → (request index, start)
-        while queue or running:
-            self._check_abandoned()
-            for slot in range(len(self._pool)):
-                if slot in running or not queue:
-                    continue
-                if not self._pool[slot].wait_ready(self.START_TIMEOUT_S):  # a replaced worker warms up first
-                    self._check_abandoned()
-                    raise SpicaError("an evaluation worker process failed to start")
-                i = queue.pop(0)
-                try:
-                    self._pool[slot].conn.send((time.perf_counter(), requests[i]))
-                    running[slot] = (i, time.perf_counter())
-                except (OSError, BrokenPipeError) as exc:
-                    self._check_abandoned()
-                    results[i] = Outcome(Status.failed, requests[i].candidate, f"worker unavailable: {exc}",
-                                         eval_id=requests[i].eval_id)
-                    self._replace(slot)
-            if not running:
-                continue
-            timeout = POLL_S
-            if self.max_eval_seconds is not None:
-                first_deadline = min(start for _, start in running.values()) + float(self.max_eval_seconds)
-                timeout = min(POLL_S, max(0.0, first_deadline - time.perf_counter()))
-            ready = wait([self._pool[slot].conn for slot in running], timeout=timeout)
-            self._check_abandoned()
-            by_conn = {self._pool[slot].conn: slot for slot in running}
-            for conn in ready:
-                slot = by_conn[conn]  # type: ignore[index]
-                i, start = running.pop(slot)
-                outcome = self._receive(slot, requests[i], start)
-                overrun = late(requests[i], time.perf_counter() - start, self.max_eval_seconds)
-                results[i] = outcome if outcome.status is Status.failed or overrun is None else overrun
-            now = time.perf_counter()
-            for slot, (i, start) in list(running.items()):
-                if overdue := late(requests[i], now - start, self.max_eval_seconds):
-                    del running[slot]
-                    results[i] = overdue
-                    self._replace(slot)
-        return [results[i] for i in range(len(requests))]
+        return evaluate_all(self, requests)
 
     @staticmethod
     def _check_abandoned() -> None:
@@ -357,9 +403,14 @@ class EvalPool(WorkerGroup):
 
 
 class SequentialEvaluator:
-    """parallel_evals == 1: evaluate in this process, one after another (no hard deadline, §6.4)."""
+    """parallel_evals == 1: evaluate in this process, one after another (no hard deadline, §6.4).
+    ``poll`` runs the submitted evaluation, so the caller's optimizer and the replay take turns."""
 
     workers = 1
+
+    def __init__(self) -> None:
+        self._queued: list[tuple[int, EvalRequest]] = []
+        self._tickets = 0
 
     def __enter__(self) -> SequentialEvaluator:
         return self
@@ -367,8 +418,23 @@ class SequentialEvaluator:
     def __exit__(self, *exc: Any) -> None:
         return None
 
+    def capacity(self) -> int:
+        return 1 - len(self._queued)
+
+    def in_flight(self) -> int:
+        return len(self._queued)
+
+    def submit(self, request: EvalRequest) -> int:
+        self._tickets += 1
+        self._queued.append((self._tickets, request))
+        return self._tickets
+
+    def poll(self, timeout: float) -> list[tuple[int, Outcome]]:
+        done, self._queued = self._queued, []
+        return [(ticket, evaluate_one(request)) for ticket, request in done]
+
     def evaluate_batch(self, requests: Sequence[EvalRequest]) -> list[Outcome]:
-        return [evaluate_one(r) for r in requests]
+        return evaluate_all(self, requests)
 
 
 def make_evaluator(parallel_evals: int, max_eval_seconds: float | None,
@@ -384,5 +450,5 @@ def make_evaluator(parallel_evals: int, max_eval_seconds: float | None,
     return EvalPool(parallel_evals, max_eval_seconds)
 
 
-__all__ = ["Evaluator", "EvalPool", "EvaluationsAbandoned", "SequentialEvaluator", "WorkerStoppedError", "abandon_all",
+__all__ = ["Evaluator", "EvalPool", "evaluate_all", "late", "EvaluationsAbandoned", "SequentialEvaluator", "WorkerStoppedError", "abandon_all",
            "make_evaluator"]

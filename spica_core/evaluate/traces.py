@@ -62,8 +62,9 @@ class FittedTrace:
 def fitted_trace(path: str | Path, max_seq_len: int, directory: Path) -> FittedTrace:
     """The trace without the requests whose input, or input + output, exceeds ``max_seq_len``.
 
-    Written once per (trace content, context length) under ``directory``, atomically, so every worker
-    process of a sweep replays the same file; read once per process for an unchanged file."""
+    Written once per (trace content, context length) under ``directory``, atomically, with its counts
+    beside it, so every worker process of a sweep replays the same file and only the first parses the
+    trace; looked up once per process for an unchanged file."""
     source = Path(path).resolve()
     stat = source.stat()
     return _fitted(str(source), stat.st_size, stat.st_mtime_ns, int(max_seq_len), str(directory))
@@ -71,11 +72,17 @@ def fitted_trace(path: str | Path, max_seq_len: int, directory: Path) -> FittedT
 
 @lru_cache(maxsize=8)
 def _fitted(path: str, size: int, mtime_ns: int, max_seq_len: int, directory: str) -> FittedTrace:
-    from spica_core.run.catalog import write_file
     from spica_core.run.fingerprint import file_fingerprint
 
     source = Path(path)
     target = Path(directory) / f"fitted-{file_fingerprint(source)}-ctx{int(max_seq_len)}.jsonl"
+    counts = target.with_suffix(".json")
+    try:
+        known = json.loads(counts.read_text())
+        if target.is_file() and type(known["kept"]) is int and type(known["left_out"]) is int:
+            return FittedTrace(target, known["kept"], known["left_out"])
+    except (OSError, ValueError, TypeError, KeyError):  # absent or damaged: parse the trace again
+        pass
     kept: list[str] = []
     left_out = 0
     for line, row in _lines(source):
@@ -86,8 +93,11 @@ def _fitted(path: str, size: int, mtime_ns: int, max_seq_len: int, directory: st
     if not kept:
         raise TraceError(f"{source}: every request exceeds the context length {max_seq_len:,}; nothing is left "
                          "to replay (raise context_length, or pick a model with a longer context)")
+    from spica_core.run.catalog import write_file
+
     if not target.is_file():
         write_file(target, "".join(kept))
+    write_file(counts, json.dumps({"kept": len(kept), "left_out": left_out}))  # after the file it counts
     return FittedTrace(target, len(kept), left_out)
 
 

@@ -35,6 +35,7 @@ class Proposal:
     projection: ProjectionRecord | None
     parallel: ParallelConfig
     suggested_by: str = "enumerated"
+    index: int | None = None            # its number in the branch's candidate space
 
 
 def _levels(param: Param) -> tuple[Any, ...]:
@@ -120,7 +121,7 @@ class CandidateSpace:
         if not self.branch.is_strict_pin:
             features = self._features(config)
             projection = ProjectionRecord(features, features, 0.0, False, config)
-        return Proposal(raw, selection, projection, config, suggested_by)
+        return Proposal(raw, selection, projection, config, suggested_by, index)
 
     def index_of(self, trial: Trial) -> int | None:
         """The candidate a trial evaluated, or None when it is not in this space (e.g. another config)."""

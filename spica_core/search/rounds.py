@@ -1,27 +1,28 @@
 """The search loop of one branch (reference §6.2–§6.6, §7.4–§7.5), free of any orchestration.
 
-A round asks its suggester for proposals, answers repeats from the in-run cache, evaluates the
-rest in parallel and records every attempt as a :class:`Trial`. The trials table is the source of
-truth: a round that already finished is read back, never re-evaluated, and an interrupted one
-continues exactly where it stopped.
+The loop asks its suggester for batches of proposals while the workers replay the ones before,
+answers repeats from the in-run cache and records every attempt as a :class:`Trial` the moment it
+finishes. The trials table is the source of truth: a branch that already finished is read back,
+never re-evaluated, and an interrupted one continues exactly where it stopped (``BranchSearch``).
 """
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from spica_core.config.model import SmartSearchConfig, SweepPolicy
 from spica_core.evaluate.candidate import Candidate
 from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status
-from spica_core.evaluate.pool import Evaluator
+from spica_core.evaluate.pool import POLL_S, Evaluator
 from spica_core.run.fingerprint import fingerprint
+from spica_core.search.costs import Costs
 from spica_core.search.suggesters import (
-    ATTEMPT_CAP_FACTOR, SCALAR_METRIC, Proposal, Suggester, ThoroughSuggester, VizierSuggester, round_counts,
-    thorough_size,
+    ATTEMPT_CAP_FACTOR, SCALAR_METRIC, Proposal, Suggester, ThoroughSuggester, VizierSuggester, thorough_size,
 )
 from spica_core.search.trials import EvalCache, Trial
 from spica_core.search.warm_start import WarmStart
@@ -41,7 +42,6 @@ class SearchContext:
     load_predictor: LoadPredictorResult | None
     profile_dir: str | None = None
     warm_start: WarmStart | None = None  # an earlier run's top candidates and trials (never their scores)
-    workers: int = field(default=0, compare=False)  # evaluations run at once (the evaluator's); 0: sweep.workers
     suggesters: dict[str, Suggester] = field(default_factory=dict, compare=False, repr=False)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -77,7 +77,7 @@ class SearchContext:
         else:
             made = VizierSuggester(branch, self.objectives(), pareto=self.config.goal.is_pareto,
                                    algorithm=sweep.algorithm.value, seed=sweep.seed,
-                                   budget=sweep.max_rounds * sweep.per_round, workers=self.workers or sweep.workers,
+                                   budget=sweep.max_rounds * sweep.per_round,
                                    warm_start=self.warm_start.of_mode(branch.mode) if self.warm_start else None)
         self.suggesters[branch.mode] = made
         return made
@@ -114,14 +114,14 @@ def finite_or_infeasible(context: SearchContext, outcome: Outcome) -> Outcome:
     return outcome
 
 
-# ---------------------------------------------------------------- the round
+# ---------------------------------------------------------------- the branch
 
 
 @dataclass
-class RoundResult:
+class BranchResult:
+    """A branch's search: every trial in trial order, and why it ended early (if it did)."""
+
     trials: list[Trial] = field(default_factory=list)
-    unique: int = 0
-    attempts: int = 0
     stalled: bool = False
     message: str = ""
 
@@ -136,90 +136,243 @@ def round_plan(branches: Sequence[Branch], config: SmartSearchConfig) -> tuple[d
     return {b.mode: sweep.max_rounds for b in branches}, len(branches) * sweep.max_rounds * sweep.per_round
 
 
-def run_round(branch: Branch, context: SearchContext, round_no: int, trials: Sequence[Trial], evaluator: Evaluator,
-              cache: EvalCache, on_result: Callable[[Trial], None] | None = None,
-              on_batch: Callable[[list[Trial]], None] | None = None) -> RoundResult:
-    """One barrier round of §6.2 for one branch, resumed from ``trials`` (every trial of the run so far).
+@dataclass(frozen=True)
+class Batch:
+    """One ask's proposals: trials ``first`` … ``first + len(proposals) - 1`` of the branch."""
 
-    Before every ask the suggester sees the branch's trials in trial order, and ``on_batch``
-    receives each ask's trials once evaluated, so a resumed round asks, projects and evaluates
-    exactly what an uninterrupted one would; a finished round is returned as recorded.
+    number: int
+    first: int
+    proposals: tuple[Proposal, ...]
+    rounds: tuple[int, ...]
+    suggest_seconds: float = 0.0
+
+    @property
+    def indices(self) -> range:
+        return range(self.first, self.first + len(self.proposals))
+
+
+WAIT: Final = "wait"  # the next ask needs outcomes that are still being evaluated
+
+
+class BranchSearch:
+    """The search of one branch: asks and evaluations overlap, and what is asked never depends on timing.
+
+    Batch *b* is picked once every trial of batches ≤ *b* − 2 has finished, knowing their outcomes, with
+    batch *b* − 1 pending (GP-UCB-PE explores away from it). It is picked while batch *b* − 1 is being
+    evaluated, and a worker that frees up takes the next queued candidate at once. When the lagged view
+    asks for nothing (pending trials may still fail), the batch is picked again once batch *b* − 1 has
+    finished. So the same seed and the same recorded trials give the same batches, and a resumed
+    branch re-derives the batches it had asked for, takes recorded outcomes from ``log`` and evaluates
+    only the rest.
+
+    Rounds are quotas, not barriers: a proposal belongs to the earliest round whose unique successes,
+    counting its pending trials as successes, are short of ``candidates_per_round``; a round whose
+    attempts reach the cap (11 × per round) short of its target ends the branch (§6.5).
     """
-    per_round = context.config.sweep.per_round
-    suggester = context.suggester(branch)
-    history = [t for t in trials if t.mode == branch.mode and t.round < round_no]
-    rows = [t for t in trials if t.mode == branch.mode and t.round == round_no]
-    ask = max((t.ask for t in rows), default=-1) + 1
-    exhausted = False
-    while (count := suggester.wanted(rows, per_round)) > 0:
-        started = time.perf_counter()
-        proposals = suggester.suggest(count, [*history, *rows], step=round_no * 1000 + ask)
-        if not proposals:
-            exhausted = True
-            break
-        new = _evaluate_ask(branch, context, round_no, ask, len(history) + len(rows), proposals, evaluator, cache,
-                            on_result, suggest_seconds=time.perf_counter() - started)
-        rows.extend(new)
-        if on_batch is not None:
-            on_batch(new)
-        ask += 1
-    unique, attempts = round_counts(rows)
-    result = RoundResult(rows, unique, attempts)
-    if exhausted:
-        result.stalled = True
-        result.message = (f"{branch.mode}: legal space exhausted: all {suggester.space.size} candidate(s) of the "
-                          f"branch have been tried (round {round_no + 1}); moving on")
-    elif suggester.stalls and unique < per_round:  # §6.5: a round short of its target ends the branch
-        result.stalled = True
-        result.message = (f"{branch.mode}: stopped early: {unique}/{per_round} unique successful evaluations "
-                          f"after {attempts} attempt(s) in round {round_no + 1} (the attempt cap is "
-                          f"{ATTEMPT_CAP_FACTOR} × candidates_per_round); moving on")
-    return result
 
+    def __init__(self, branch: Branch, context: SearchContext, evaluator: Evaluator, cache: EvalCache,
+                 log: Sequence[Trial] = (), on_result: Callable[[Trial], None] | None = None,
+                 on_wait: Callable[[], None] | None = None):
+        self.branch = branch
+        self.context = context
+        self.evaluator = evaluator
+        self.cache = cache
+        self.on_result = on_result
+        self.on_wait = on_wait
+        self.suggester = context.suggester(branch)
+        sweep = context.config.sweep
+        self.per_round = sweep.per_round
+        self.rounds = round_plan([branch], context.config)[0][branch.mode]
+        self.workers = max(1, evaluator.workers)
+        self.done: dict[int, Trial] = {t.trial: t for t in log if t.mode == branch.mode}
+        self.batches: list[Batch] = []
+        self.enumerating = False
+        self.queue: list[tuple[int, Proposal, int, Batch]] = []       # picked, not started
+        self.running: dict[int, tuple[int, Proposal, int, Batch]] = {}  # ticket → what it evaluates
+        self.result: BranchResult | None = None
 
-def _evaluate_ask(branch: Branch, context: SearchContext, round_no: int, ask: int, first: int,
-                  proposals: Sequence[Proposal], evaluator: Evaluator, cache: EvalCache,
-                  on_result: Callable[[Trial], None] | None, suggest_seconds: float) -> list[Trial]:
-    """One ask: unsupported pairs and cache hits are answered at once, in-batch duplicates share
-    their primary's outcome, and the rest are evaluated in parallel."""
-    batch: dict[int, Trial] = {}
-    primaries: dict[str, tuple[int, Proposal]] = {}            # cache key → the proposal that replays it
-    duplicates: dict[str, list[tuple[int, Proposal]]] = {}
+    # ------------------------------------------------------------ the loop
 
-    def trial(t: int, p: Proposal, status: Status, key: str, **kw: Any) -> Trial:
-        return Trial(branch.mode, round_no, t, status, p.parallel, p.raw, p.selection, ask=ask, cache_key=key,
-                     projection=p.projection, suggest_seconds=suggest_seconds, suggested_by=p.suggested_by, **kw)
+    def run(self) -> BranchResult:
+        while True:
+            self._dispatch()
+            if not self.queue and self.result is None:
+                if self._plan():
+                    continue
+                if not self.running:
+                    raise RuntimeError("the search waits for outcomes that nothing is evaluating")
+            if self.result is not None and not self.queue and not self.running:
+                self.result.trials = [self.done[i] for i in sorted(self.done)]
+                return self.result
+            for ticket, outcome in self.evaluator.poll(POLL_S):
+                self._record(ticket, outcome)
+            if self.on_wait is not None:
+                self.on_wait()
 
-    for t, p in enumerate(proposals, start=first):
-        key = cache_key(context.key, p.selection, p.parallel)
-        backend = p.selection.get("backend")
-        if backend not in branch.supported_backends.get(p.parallel, ()):
-            batch[t] = trial(t, p, Status.unsupported, key,
-                             reason=f"unsupported: {backend} cannot run {p.parallel.label()}")
-        elif (hit := cache.get(key)) is not None:
-            batch[t] = trial(t, p, Status.feasible, key, cache_hit=True, **_result_of(hit))
-        elif key in primaries:
-            duplicates.setdefault(key, []).append((t, p))
-        else:
-            primaries[key] = (t, p)
-    requests = [context.request(p, f"{branch.mode}-{t}") for t, p in primaries.values()]
-    outcomes = evaluator.evaluate_batch(requests) if requests else []
-    for (key, (t, p)), outcome in zip(primaries.items(), outcomes):
-        outcome = finite_or_infeasible(context, outcome)
+    def _dispatch(self) -> None:
+        """Answer what needs no replay at once; send the rest to free workers, in trial order."""
+        while self.queue:
+            t, p, round_no, batch = self.queue[0]
+            key = cache_key(self.context.key, p.selection, p.parallel)
+            backend = p.selection.get("backend")
+            if backend not in self.branch.supported_backends.get(p.parallel, ()):
+                self.queue.pop(0)
+                self._add(self._trial(t, p, round_no, batch, Status.unsupported, key,
+                                      reason=f"unsupported: {backend} cannot run {p.parallel.label()}"))
+            elif (hit := self.cache.get(key)) is not None:
+                self.queue.pop(0)
+                self._add(self._trial(t, p, round_no, batch, Status.feasible, key, cache_hit=True, **_result_of(hit)))
+            elif self.evaluator.capacity() > 0:
+                self.queue.pop(0)
+                ticket = self.evaluator.submit(self.context.request(p, f"{self.branch.mode}-{t}"))
+                self.running[ticket] = (t, p, round_no, batch)
+            else:
+                return
+
+    def _record(self, ticket: int, outcome: Outcome) -> None:
+        t, p, round_no, batch = self.running.pop(ticket)
+        outcome = finite_or_infeasible(self.context, outcome)
         timings = outcome.timings
-        batch[t] = trial(t, p, outcome.status, key, reason=outcome.reason, candidate=outcome.candidate,
-                         score=outcome.score, objectives=outcome.objectives, metrics=outcome.metrics,
-                         bands=outcome.bands,
-                         eval_seconds=float(timings.get("total_s", 0.0)) if timings else None,
-                         replay_seconds=float(timings.get("replay_s", 0.0)) if timings else None)
-        if batch[t].is_evaluated_success:
-            cache.add(batch[t])
-        for dt, dp in duplicates.get(key, []):
-            batch[dt] = trial(dt, dp, outcome.status, key, reason=outcome.reason, cache_hit=outcome.feasible,
-                              duplicate_of=t, **_result_of(batch[t]))
-        if on_result is not None:
-            on_result(batch[t])
-    return [batch[t] for t in sorted(batch)]
+        trial = self._trial(t, p, round_no, batch, outcome.status, cache_key(self.context.key, p.selection, p.parallel),
+                            reason=outcome.reason, candidate=outcome.candidate, score=outcome.score,
+                            objectives=outcome.objectives, metrics=outcome.metrics, bands=outcome.bands,
+                            eval_seconds=float(timings.get("total_s", 0.0)) if timings else None,
+                            replay_seconds=float(timings.get("replay_s", 0.0)) if timings else None)
+        if trial.is_evaluated_success:
+            self.cache.add(trial)
+        self._add(trial)
+
+    def _add(self, trial: Trial) -> None:
+        self.done[trial.trial] = trial
+        if self.on_result is not None:
+            self.on_result(trial)
+
+    def _trial(self, t: int, p: Proposal, round_no: int, batch: Batch, status: Status, key: str, **kw: Any) -> Trial:
+        return Trial(self.branch.mode, round_no, t, status, p.parallel, p.raw, p.selection, ask=batch.number,
+                     cache_key=key, projection=p.projection, suggest_seconds=batch.suggest_seconds,
+                     suggested_by=p.suggested_by, **kw)
+
+    # ------------------------------------------------------------ asking
+
+    def _plan(self) -> bool:
+        """Pick the next batch, or end the branch; False when that needs outcomes still being evaluated."""
+        b = len(self.batches)
+        first = self.batches[-1].indices.stop if self.batches else 0
+        batch = self._pick(b, first, lag=1)
+        if batch is None:
+            batch = self._pick(b, first, lag=0)
+        if batch == WAIT:
+            return False
+        if batch is None:
+            ending = self._ending()
+            if ending is None:
+                return False
+            self.result = ending
+            return True
+        assert isinstance(batch, Batch)
+        self.batches.append(batch)
+        for t, p, round_no in zip(batch.indices, batch.proposals, batch.rounds):
+            if t not in self.done:
+                self.queue.append((t, p, round_no, batch))
+        return True
+
+    def _known(self, upto: int) -> list[Trial] | None:
+        """The trials of batches before ``upto``, or None while some of them are still being evaluated."""
+        indices = [i for batch in self.batches[:max(0, upto)] for i in batch.indices]
+        if any(i not in self.done for i in indices):
+            return None
+        return [self.done[i] for i in indices]
+
+    def _pick(self, b: int, first: int, lag: int) -> Batch | str | None:
+        """Batch ``b`` knowing the outcomes of batches < b − lag, the ones after pending (None: nothing to
+        ask; WAIT: those outcomes are not all in)."""
+        # Picks that never depend on outcomes (thorough) count every earlier proposal as pending: no waiting.
+        known = self._known(b - lag) if self.suggester.stalls else []
+        if known is None:
+            return WAIT
+        pending_batches = self.batches[max(0, b - lag):] if self.suggester.stalls else self.batches
+        pending = [p for batch in pending_batches for p in batch.proposals]
+        pending_rounds = [r for batch in pending_batches for r in batch.rounds]
+        costs = Costs.of(known, self.workers, model=self.suggester.fits_model)
+        space = self.suggester.space
+        seen = space.seen(known) | {p.index for p in pending if p.index is not None}
+        size = costs.batch_size(max(self.per_round, self.workers)) if self.suggester.stalls else self.workers
+        rounds = self._quota(known, pending_rounds, size)
+        if self.suggester.stalls and not self.enumerating and rounds:
+            budget = self.rounds * self.per_round
+            untried = space.size - len(seen)
+            left = budget - sum(1 for t in known if t.is_evaluated_success) - len(pending)
+            self.enumerating = untried > left and costs.enumeration_pays(untried, left, size)
+        if self.enumerating:
+            rounds = self._quota(known, pending_rounds, size, extra=space.size - len(seen))
+        if not rounds:
+            return None
+        logged = [self.done.get(t) for t in range(first, first + len(rounds))]
+        if all(t is not None and t.ask == b for t in logged):  # a resumed branch: asked and recorded before
+            proposals = [space.proposal(space.index_of(t), t.suggested_by) for t in logged]  # type: ignore[arg-type,union-attr]
+            return Batch(b, first, tuple(proposals), tuple(rounds), logged[0].suggest_seconds or 0.0)  # type: ignore[union-attr]
+        started = time.perf_counter()
+        if self.enumerating:
+            proposals = [space.proposal(i) for i in itertools.islice(space.unseen(seen), len(rounds))]
+        else:
+            # GP-UCB-PE's rhythm, as in batches of candidates_per_round: one UCB pick per that many, PE between
+            exploit = any(i % self.per_round == 0 for i in range(first, first + len(rounds)))
+            proposals = self.suggester.suggest(len(rounds), known, pending, step=b, costs=costs, exploit=exploit)
+        if not proposals:
+            return None
+        return Batch(b, first, tuple(proposals), tuple(rounds[:len(proposals)]), time.perf_counter() - started)
+
+    def _quota(self, known: Sequence[Trial], pending_rounds: Sequence[int], size: int, extra: int = 0) -> list[int]:
+        """The rounds of up to ``size`` new proposals: the earliest rounds short of their target first;
+        ``extra`` more (an enumerated branch) go to rounds after the last."""
+        out: list[int] = []
+        cap = ATTEMPT_CAP_FACTOR * self.per_round
+        last = max([self.rounds - 1, *pending_rounds, *(t.round for t in known)])
+        for r in range(last + 1 + (-(-extra // self.per_round) if extra else 0)):
+            mine = [t for t in known if t.round == r]
+            waiting = sum(1 for x in pending_rounds if x == r)
+            attempts = len(mine) + waiting
+            if r >= self.rounds:
+                if not extra:
+                    break
+                want = self.per_round - attempts
+            elif self.suggester.stalls:
+                successes = sum(1 for t in mine if t.is_evaluated_success)
+                want = min(self.per_round - successes - waiting, cap - attempts)
+            else:
+                want = self.per_round - attempts
+            out += [r] * max(0, min(want, size - len(out)))
+            if len(out) >= size:
+                break
+        return out
+
+    def _ending(self) -> BranchResult | None:
+        """Why the branch asks for nothing more, knowing every outcome (None until they are all in)."""
+        known = self._known(len(self.batches))
+        if known is None:
+            return None
+        space = self.suggester.space
+        if len(space.seen(known)) >= space.size:
+            return BranchResult(stalled=True, message=(
+                f"{self.branch.mode}: legal space exhausted: all {space.size} candidate(s) of the branch have "
+                f"been tried{' (enumerated: cheaper than asking)' if self.enumerating else ''}; moving on"))
+        if self.suggester.stalls:
+            for r in range(self.rounds):
+                mine = [t for t in known if t.round == r]
+                unique = sum(1 for t in mine if t.is_evaluated_success)
+                if unique < self.per_round:
+                    return BranchResult(stalled=True, message=(
+                        f"{self.branch.mode}: stopped early: {unique}/{self.per_round} unique successful "
+                        f"evaluations after {len(mine)} attempt(s) in round {r + 1} (the attempt cap is "
+                        f"{ATTEMPT_CAP_FACTOR} × candidates_per_round); moving on"))
+        return BranchResult()
+
+
+def search_branch(branch: Branch, context: SearchContext, evaluator: Evaluator, cache: EvalCache,
+                  log: Sequence[Trial] = (), on_result: Callable[[Trial], None] | None = None,
+                  on_wait: Callable[[], None] | None = None) -> BranchResult:
+    """Search one branch to its end, resuming from ``log`` (every trial of the run so far)."""
+    return BranchSearch(branch, context, evaluator, cache, log, on_result, on_wait).run()
 
 
 def _result_of(trial: Trial) -> dict[str, Any]:
@@ -228,5 +381,5 @@ def _result_of(trial: Trial) -> dict[str, Any]:
             "metrics": dict(trial.metrics), "bands": dict(trial.bands)}
 
 
-__all__ = ["SearchContext", "RoundResult", "run_round", "round_plan", "cache_key", "study_metrics",
-           "finite_or_infeasible"]
+__all__ = ["SearchContext", "Batch", "BranchResult", "BranchSearch", "search_branch", "round_plan", "cache_key",
+           "study_metrics", "finite_or_infeasible"]

@@ -15,6 +15,7 @@ designers reject a 0-dimensional space, hence the dummy ``_spica_constant`` cate
 """
 from __future__ import annotations
 
+import datetime
 import importlib.util
 import logging
 import math
@@ -35,6 +36,12 @@ CONSTANT_PARAM: Final = "_spica_constant"
 JAX_CACHE_DIR: Final = Path.home() / ".cache" / "spica" / "jax"
 _QUASI_RANDOM_SKIP: Final = 1000  # Vizier's default burn-in of the Halton sequence
 _FLOAT_TOL: Final = 1e-9
+# Vizier's GP-UCB-PE picks by UCB when a trial completed after the newest pending one was created, and by
+# pure exploration (PE) otherwise. Trials get fixed clocks (completion n at EPOCH + n s; pending ones created
+# before EPOCH for an ask that exploits first, long after it for one that only explores), so which picks are
+# UCB is the caller's choice, however fast the machine is.
+_EPOCH: Final = datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc)
+_EXPLORE_ONLY_CREATED: Final = _EPOCH + datetime.timedelta(days=3650)
 
 Goal = Literal["max", "min"]
 
@@ -265,19 +272,32 @@ class Study:
                 trial.complete(vz.Measurement(metrics={n: record.metrics[n] for n in objective_names}))
             else:
                 trial.complete(vz.Measurement(), infeasibility_reason=record.infeasible_reason)
+            trial.completion_time = _EPOCH + datetime.timedelta(seconds=trial_id)
             out.append(trial)
         return out
+
+    def _pending_trials(self, pending: Sequence[dict[str, Any]], exploit: bool) -> list[Any]:
+        """Vizier's active trials for candidates being evaluated now: created before every completion when
+        the ask's first pick exploits (UCB), after them when it explores (PE)."""
+        vz = _runtime().vz
+        created = _EPOCH - datetime.timedelta(days=1) if exploit else _EXPLORE_ONLY_CREATED
+        return [vz.Trial(parameters=self._vizier_params(self._checked_params(raw)), creation_time=created)
+                for raw in pending]
 
     # ------------------------------------------------------------ suggest
 
     def suggest(self, count: int, step: int, pool: Sequence[dict[str, Any]],
-                allowed: Sequence[bool] | None = None, *, model: bool = True) -> list[int]:
+                allowed: Sequence[bool] | None = None, *, model: bool = True,
+                pending: Sequence[dict[str, Any]] = (), exploit: bool = True) -> list[int]:
         """Positions in ``pool`` (raw parameter dicts) of up to ``count`` distinct allowed candidates.
 
         GP algorithms score their acquisition on the pool with the designer kept warm; random
         search draws uniformly from the allowed candidates; quasi-random (and a GP study's first
         batch, or ``model=False``) takes the allowed candidate nearest to each Halton point. The
         random key comes from ``(seed, step)``, so the same trials, pool and step give the same picks.
+        ``pending`` are the raw parameters of candidates being evaluated (the caller keeps them out of
+        ``allowed``): GP-UCB-PE's exploration picks condition on them, and the Halton sequence moves past them.
+        ``exploit``: GP-UCB-PE's first pick is UCB (else, with candidates pending, every pick explores).
         """
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
@@ -293,10 +313,10 @@ class Study:
                 rng = np.random.default_rng(derive_seed(self.seed, step))
                 choice.take(rng.permutation(np.flatnonzero(free))[:count])
             elif self.algorithm in GP_ALGORITHMS and self._trials and model:
-                self._model_suggest(choice, count, step)
+                self._model_suggest(choice, count, step, pending, exploit)
             if len(choice.taken) < count:  # quasi-random, a GP study's first batch, or a short answer
-                first_gp_batch = self.algorithm in GP_ALGORITHMS and not self._trials
-                self._space_filling(choice, count - len(choice.taken), centre=first_gp_batch)
+                first_gp_batch = self.algorithm in GP_ALGORITHMS and not self._trials and not pending
+                self._space_filling(choice, count - len(choice.taken), centre=first_gp_batch, pending=len(pending))
         return list(choice.taken)
 
     def _pool_cache(self, pool: Sequence[dict[str, Any]]) -> _Pool:
@@ -313,14 +333,15 @@ class Study:
                 self.problem, scale=True, max_discrete_indices=0, flip_sign_for_minimization_metrics=True)
         return self._unpadded_converter
 
-    def _model_suggest(self, choice: _Choice, count: int, step: int) -> None:
+    def _model_suggest(self, choice: _Choice, count: int, step: int, pending: Sequence[dict[str, Any]],
+                       exploit: bool) -> None:
         """The warm GP designer, fed only the trials it has not seen, scores its acquisition on the pool."""
         rt = _runtime()
         if self._designer is None:
             self._designer, self._fed = self._new_designer(), 0
-        if self._fed < len(self._trials):
-            self._designer.update(rt.vza.CompletedTrials(self._vizier_trials(self._fed)), rt.vza.ActiveTrials([]))
-            self._fed = len(self._trials)
+        self._designer.update(rt.vza.CompletedTrials(self._vizier_trials(self._fed)),
+                              rt.vza.ActiveTrials(self._pending_trials(pending, exploit)))
+        self._fed = len(self._trials)
         self._designer._rng = rt.jax.random.PRNGKey(derive_seed(self.seed, step))  # step-keyed: resume == live
         self._slot.choice = choice
         try:
@@ -331,10 +352,10 @@ class Study:
     def _new_designer(self) -> Any:
         rt = _runtime()
         ucb_pe, bandit, optimizer = _finite_designers()
-        # Padding the trial axis to powers of two bounds the number of compiled shapes; GP-UCB-PE
-        # refuses trial padding for several metrics, so those run unpadded.
+        # Padding the trial axis to powers of two, and at least TRIAL_PAD_FLOOR, bounds the compiled shapes
+        # to two or three per sweep; GP-UCB-PE refuses trial padding for several metrics, so those run unpadded.
         single = len(self.objectives) == 1
-        pad = rt.padding.PaddingSchedule(num_trials=rt.padding.PaddingType.POWERS_OF_2) if single \
+        pad = _trial_floor_padding()(num_trials=rt.padding.PaddingType.POWERS_OF_2) if single \
             else rt.padding.PaddingSchedule()
         # No trust region: it keeps a continuous acquisition search near the trials so far; on a finite
         # pool of legal candidates it only hides good configs far from the first picks
@@ -352,14 +373,14 @@ class Study:
         designer.spica_slot = slot
         return designer
 
-    def _space_filling(self, choice: _Choice, count: int, centre: bool) -> None:
+    def _space_filling(self, choice: _Choice, count: int, centre: bool, pending: int = 0) -> None:
         """The free candidate nearest to the centre (a GP study's first pick, as Vizier seeds), then to
-        each next point of the study's Halton sequence."""
+        each next point of the study's Halton sequence (past the points of the trials and pending ones)."""
         rt = _runtime()
         width_c, width_k = choice.pool.continuous.shape[1], choice.pool.categorical.shape[1]
         targets = [(np.full(width_c, 0.5), np.zeros(width_k, dtype=int))] if centre else []
         halton = rt.quasi_random.QuasiRandomDesigner(self.problem.search_space, seed=derive_seed(self.seed, 0),
-                                                     skip_points=_QUASI_RANDOM_SKIP + len(self._trials))
+                                                     skip_points=_QUASI_RANDOM_SKIP + len(self._trials) + pending)
         if count > len(targets):
             points = [rt.vz.Trial(parameters=s.parameters) for s in halton.suggest(count - len(targets))]
             features = self._converter().to_features(points)
@@ -448,6 +469,35 @@ class _Slot:
 
 _POOL_POSITION: Final = "spica_pool_position"
 _DESIGNERS: tuple[type, type, type] | None = None
+_PADDING: type | None = None
+TRIAL_PAD_FLOOR: Final = 32  # completed + pending trials are padded to this many at least (one compile for the
+#                              first 32 trials instead of one per power of two: each costs seconds)
+
+
+def _trial_floor_padding() -> type:
+    """Vizier's padding schedule with a floor on the trial axis (built on first use, like the designers)."""
+    global _PADDING
+    if _PADDING is not None:
+        return _PADDING
+    from vizier._src.jax import types as vizier_types
+
+    class TrialFloorPadding(_runtime().padding.PaddingSchedule):
+        def pad_features(self, features: Any) -> Any:
+            return self._floored(super().pad_features(features), features)
+
+        def pad_labels(self, labels: Any) -> Any:
+            return self._floored(super().pad_labels(labels), labels)
+
+        @staticmethod
+        def _floored(padded: Any, array: Any) -> Any:
+            shape = padded.padded_array.shape
+            if len(shape) < 2 or shape[-2] >= TRIAL_PAD_FLOOR or array.shape[-2] == 0:
+                return padded
+            return vizier_types.PaddedArray.from_array(array, (*shape[:-2], TRIAL_PAD_FLOOR, shape[-1]),
+                                                       fill_value=padded.fill_value)
+
+    _PADDING = TrialFloorPadding
+    return _PADDING
 
 
 def _finite_designers() -> tuple[type, type, type]:

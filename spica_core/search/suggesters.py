@@ -10,8 +10,6 @@ the space in canonical order, the way Optuna's brute-force sampler is just anoth
 from __future__ import annotations
 
 import itertools
-import math
-import statistics
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
@@ -20,7 +18,8 @@ import numpy as np
 
 from spica_core.evaluate.evaluator import Status
 from spica_core.search.candidates import CandidateSpace, Proposal
-from spica_core.search.study import Study, TrialRecord, derive_seed
+from spica_core.search.costs import Costs
+from spica_core.search.study import GP_ALGORITHMS, Study, TrialRecord, derive_seed
 from spica_core.search.trials import Trial
 from spica_core.search.warm_start import WarmStart
 from spica_core.space.branches import Branch
@@ -28,26 +27,19 @@ from spica_core.space.branches import Branch
 ATTEMPT_CAP_FACTOR = 11  # "requested batch + at most 10× replacements" (§6.2)
 SCALAR_METRIC = "objective"
 MAX_POOL = 4096  # larger spaces are scored on a fresh seeded sample of this many unseen candidates per ask
-# A warm GP ask costs about 1 s on two cores; a batch whose evaluations take less than a quarter of
-# that is space-filled instead, so the optimizer never costs several times the evaluations it picks.
-MIN_BATCH_SECONDS_FOR_MODEL = 0.25
 
 
 class Suggester(Protocol):
-    """``wanted`` says how many proposals a round still needs (0: the round is over); ``suggest``
-    returns at most ``count`` proposals the branch has not tried ([] once its space is exhausted)."""
+    """``suggest`` returns at most ``count`` proposals the branch has not tried and that are not being
+    evaluated (``pending``); [] once its space is exhausted. ``known`` are the branch's trials the
+    proposals may depend on, ``costs`` what asking and evaluating cost so far."""
 
     space: CandidateSpace
-    stalls: bool  # a round short of its target ends the branch (§6.5)
+    stalls: bool      # rounds count unique successes, and a round short of its target ends the branch (§6.5)
+    fits_model: bool  # its asks fit a model, so they cost what Costs measures
 
-    def wanted(self, this_round: Sequence[Trial], per_round: int) -> int: ...
-
-    def suggest(self, count: int, trials: Sequence[Trial], step: int) -> list[Proposal]: ...
-
-
-def round_counts(this_round: Sequence[Trial]) -> tuple[int, int]:
-    """(unique successes, attempts) of a round's trials so far."""
-    return sum(1 for t in this_round if t.is_evaluated_success), len(this_round)
+    def suggest(self, count: int, known: Sequence[Trial], pending: Sequence[Proposal], step: int,
+                costs: Costs, exploit: bool = True) -> list[Proposal]: ...
 
 
 class VizierSuggester:
@@ -55,14 +47,13 @@ class VizierSuggester:
 
     When the untried candidates fit in what is left of the branch's evaluation budget, they are
     enumerated in canonical order instead: every one of them will be evaluated anyway. A GP study
-    also space-fills a batch whose evaluations, as recorded so far, would take less than
-    ``MIN_BATCH_SECONDS_FOR_MODEL``: then fitting the model would cost more than evaluating.
+    space-fills an ask that would cost more than the share of the replays it pays for (``Costs``).
     """
 
     stalls = True
 
     def __init__(self, branch: Branch, objectives: Sequence[tuple[str, str]], *, pareto: bool, algorithm: str,
-                 seed: int, budget: int, workers: int = 1, warm_start: WarmStart | None = None):
+                 seed: int, budget: int, warm_start: WarmStart | None = None):
         self.space = CandidateSpace(branch)
         # An earlier run's top candidates, asked for first, and its trials as the study's prior; those
         # outside this space are skipped.
@@ -70,20 +61,15 @@ class VizierSuggester:
         self.warm = list(dict.fromkeys(i for i in map(self.space.index_of, top) if i is not None))
         self.pareto = pareto
         self.budget = budget
-        self.workers = workers
         prior = [study_record(replace(t, params=self.space.raw(i)), pareto)
                  for t in earlier if t.status is Status.feasible and (i := self.space.index_of(t)) is not None]
         self.study = Study(self.space.params, objectives=objectives, algorithm=algorithm, seed=seed, prior=prior)
+        self.fits_model = self.study.algorithm in GP_ALGORITHMS
 
-    def wanted(self, this_round: Sequence[Trial], per_round: int) -> int:
-        """Up to the round's unique-success target, within the attempt cap (§6.2)."""
-        unique, attempts = round_counts(this_round)
-        cap = ATTEMPT_CAP_FACTOR * per_round
-        return max(0, min(per_round - unique, cap - attempts))
-
-    def suggest(self, count: int, trials: Sequence[Trial], step: int) -> list[Proposal]:
-        mine = [t for t in trials if t.mode == self.space.mode]
-        seen = self.space.seen(mine)
+    def suggest(self, count: int, known: Sequence[Trial], pending: Sequence[Proposal], step: int,
+                costs: Costs, exploit: bool = True) -> list[Proposal]:
+        mine = [t for t in known if t.mode == self.space.mode]
+        seen = self.space.seen(mine) | {p.index for p in pending if p.index is not None}
         first = [i for i in self.warm if i not in seen][:count]
         if first:
             return [self.space.proposal(i, "warm-start") for i in first]
@@ -93,19 +79,17 @@ class VizierSuggester:
         self.study.sync([study_record(t, self.pareto) for t in mine])
         indices, pool = self.pool(seen, step)
         allowed = [i not in seen for i in indices]
-        method = self.method(mine, count)
-        picks = self.study.suggest(count, step, pool, allowed, model=method == "gp")
+        method = self.method(mine, count, costs)
+        picks = self.study.suggest(count, step, pool, allowed, model=method == "gp", pending=[p.raw for p in pending],
+                                   exploit=exploit)
         return [self.space.proposal(indices[p], method) for p in picks]
 
-    def method(self, trials: Sequence[Trial], count: int) -> str:
+    def method(self, trials: Sequence[Trial], count: int, costs: Costs) -> str:
         """How this ask picks: the GP, or (no data yet, or evaluations too cheap) space-filling."""
         algorithm = self.study.algorithm
         if algorithm == "RANDOM_SEARCH":
             return "random"
-        if algorithm == "QUASI_RANDOM_SEARCH" or not trials:
-            return "space-filling"
-        timed = [t.eval_seconds for t in trials if t.eval_seconds is not None and not t.cache_hit]
-        if timed and statistics.median(timed) * math.ceil(count / self.workers) < MIN_BATCH_SECONDS_FOR_MODEL:
+        if algorithm == "QUASI_RANDOM_SEARCH" or not trials or not costs.model_pays(count):
             return "space-filling"
         return "gp"
 
@@ -139,15 +123,14 @@ class ThoroughSuggester:
     """Thorough policy: every candidate of the branch, in canonical order."""
 
     stalls = False
+    fits_model = False
 
     def __init__(self, branch: Branch):
         self.space = CandidateSpace(branch)
 
-    def wanted(self, this_round: Sequence[Trial], per_round: int) -> int:
-        return max(0, per_round - len(this_round))
-
-    def suggest(self, count: int, trials: Sequence[Trial], step: int) -> list[Proposal]:
-        seen = self.space.seen(trials)
+    def suggest(self, count: int, known: Sequence[Trial], pending: Sequence[Proposal], step: int,
+                costs: Costs, exploit: bool = True) -> list[Proposal]:
+        seen = self.space.seen(known) | {p.index for p in pending if p.index is not None}
         return [self.space.proposal(i) for i in itertools.islice(self.space.unseen(seen), count)]
 
 
@@ -162,5 +145,4 @@ def thorough_size(branch: Branch) -> int:
 
 
 __all__ = ["Proposal", "Suggester", "VizierSuggester", "ThoroughSuggester", "thorough_proposals", "thorough_size",
-           "study_record", "round_counts", "ATTEMPT_CAP_FACTOR", "SCALAR_METRIC", "MAX_POOL",
-           "MIN_BATCH_SECONDS_FOR_MODEL"]
+           "study_record", "ATTEMPT_CAP_FACTOR", "SCALAR_METRIC", "MAX_POOL"]

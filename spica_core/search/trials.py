@@ -29,7 +29,7 @@ class Trial:
     parallel: ParallelConfig
     params: dict[str, Any]                 # the raw suggestion, as the study saw it
     selection: dict[str, Any]              # decoded knob values (+ deployment_mode)
-    ask: int = 0
+    ask: int = 0                           # the branch's ask (batch of proposals) that proposed it
     reason: str = ""
     cache_hit: bool = False                # answered from the cache (a repeat or an in-batch duplicate)
     duplicate_of: int | None = None
@@ -131,7 +131,7 @@ class Tally:
     @classmethod
     def of(cls, trials: Sequence[Trial]) -> Tally:
         t = cls(attempts=len(trials))
-        asks = {(trial.mode, trial.round, trial.ask): trial.suggest_seconds or 0.0 for trial in trials}
+        asks = {(trial.mode, trial.ask): trial.suggest_seconds or 0.0 for trial in trials}
         t.optimizer_seconds = sum(asks.values())
         t.replay_seconds = sum(trial.replay_seconds or 0.0 for trial in trials if not trial.cache_hit)
         for trial in trials:

@@ -76,7 +76,8 @@ def bundled_models() -> list[str]:
     return sorted(DefaultHFModels)
 
 
-def _is_local_model(name: str) -> bool:
+def is_local_model(name: str) -> bool:
+    """A model folder on this machine (its config is read from there, not from AIC's bundled ones)."""
     return os.path.isdir(name) and os.path.isfile(os.path.join(name, "config.json"))
 
 
@@ -99,7 +100,7 @@ def model_facts(model_name: str) -> ModelFacts:
     from aiconfigurator_core.sdk.models.helpers import check_is_moe
     from aiconfigurator_core.sdk.utils import get_model_config_from_model_path
 
-    if not (_is_local_model(model_name) or model_name in DefaultHFModels):
+    if not (is_local_model(model_name) or model_name in DefaultHFModels):
         why = ("the folder has no config.json" if os.path.isdir(model_name)
                else "it is not bundled with aiconfigurator-core (and Spica never downloads configs)")
         raise _unknown_model(model_name, why)
@@ -228,6 +229,6 @@ def backend_version(sku: str, backend: str) -> str:
 
 
 __all__ = [
-    "ModelFacts", "SystemFacts", "aic_version", "backend_version", "bundled_models", "cache_dir", "known_systems",
-    "model_facts", "quiet_aic", "system_facts",
+    "ModelFacts", "SystemFacts", "aic_version", "backend_version", "bundled_models", "cache_dir", "is_local_model",
+    "known_systems", "model_facts", "quiet_aic", "system_facts",
 ]

@@ -2,6 +2,9 @@
 
 Every KV number in Spica comes from :func:`kv_estimate`: the feasibility filter here, the
 replay's ``num_gpu_blocks`` and the KV-load concurrency (§5.3) all read the same cached estimate.
+It is cached in the process and on disk (``kv/`` in the cache folder, per aiconfigurator-core
+version), because AIC loads its perf database for a process's first estimate (about 0.6 s):
+without the file every new evaluation worker would pay that for a number another process has.
 
 A shape is kept iff one rank's KV pool holds one longest sequence: ``total_kv_size_tokens >
 max_seq_len``, with fixed runtime reservations (8192 batched tokens, 256 sequences, memory
@@ -9,11 +12,14 @@ fraction 0.9) so the verdict depends on the shape alone, never on a trial's batc
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from spica_core.space.facts import backend_version, model_facts
+from spica_core.run.fingerprint import fingerprint
+from spica_core.space.facts import aic_version, backend_version, cache_dir, is_local_model, model_facts
 from spica_core.space.parallel import Shape
 from spica_core.space.precision import Precision
 
@@ -52,29 +58,69 @@ def kv_estimate(
                      max_batch_size=max_batch_size, memory_fraction=memory_fraction, nextn=nextn)[:2]
 
 
-@lru_cache(maxsize=None)
+KV_ESTIMATE_SCHEMA = 1
+
+
+@lru_cache(maxsize=4096)
 def _estimate(model_name: str, sku: str, backend: str, shape: Shape, *, precision: Precision, max_num_tokens: int,
               max_batch_size: int, memory_fraction: float, nextn: int | None) -> tuple[int | None, str, int | None]:
-    """(KV tokens, reason, weight bytes per GPU) from AIC's memory model."""
+    """(KV tokens, reason, weight bytes per GPU) from AIC's memory model, read back from disk when kept."""
+    args: dict[str, Any] = dict(
+        model_path=model_name, system=sku, backend=backend, backend_version=backend_version(sku, backend),
+        max_num_tokens=int(max_num_tokens),
+        max_batch_size=int(max_batch_size),
+        memory_fraction_kind=memory_fraction_kind(backend),
+        memory_fraction_value=float(memory_fraction),
+        tp_size=shape.tp,
+        pp_size=shape.pp,
+        attention_dp_size=shape.attention_dp,
+        moe_tp_size=shape.moe_tp,
+        moe_ep_size=shape.moe_ep,
+        nextn=int(nextn or 0),
+        allow_naive_fallback=False,
+        **precision.quant_modes(model_facts(model_name).is_moe),
+    )
+    path = _kept_path(args)
+    kept = _read_kept(path) if path is not None else None
+    if kept is not None:
+        return kept
+    value = _aic_estimate(args)
+    if path is not None:
+        from spica_core.run.catalog import write_file  # atomic: a concurrent reader sees no half-written file
+
+        try:
+            write_file(path, json.dumps({"tokens": value[0], "reason": value[1], "weights": value[2], "args": args}))
+        except OSError:  # a read-only cache only costs the next process the same estimate
+            pass
+    return value
+
+
+def _kept_path(args: Mapping[str, Any]) -> Path | None:
+    """Where an estimate with AIC arguments ``args`` is kept; None for a local model folder, whose name
+    does not say what its config holds."""
+    if is_local_model(str(args["model_path"])):
+        return None
+    key = fingerprint({"args": dict(args), "aic": aic_version(), "schema": KV_ESTIMATE_SCHEMA})
+    return cache_dir() / "kv" / f"{key}.json"
+
+
+def _read_kept(path: Path) -> tuple[int | None, str, int | None] | None:
+    """A kept estimate, or None when the file is absent, unreadable or not one."""
+    try:
+        kept = json.loads(path.read_text())
+        tokens, reason, weights = kept["tokens"], kept["reason"], kept["weights"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    if not (isinstance(reason, str) and all(v is None or type(v) is int for v in (tokens, weights))):
+        return None
+    return tokens, reason, weights
+
+
+def _aic_estimate(args: Mapping[str, Any]) -> tuple[int | None, str, int | None]:
     from aiconfigurator_core.sdk.memory import estimate_kv_cache
 
-    version = backend_version(sku, backend)
     try:
-        result = estimate_kv_cache(
-            model_name, sku, backend, version,
-            max_num_tokens=int(max_num_tokens),
-            max_batch_size=int(max_batch_size),
-            memory_fraction_kind=memory_fraction_kind(backend),
-            memory_fraction_value=float(memory_fraction),
-            tp_size=shape.tp,
-            pp_size=shape.pp,
-            attention_dp_size=shape.attention_dp,
-            moe_tp_size=shape.moe_tp,
-            moe_ep_size=shape.moe_ep,
-            nextn=int(nextn or 0),
-            allow_naive_fallback=False,
-            **precision.quant_modes(model_facts(model_name).is_moe),
-        )
+        result = estimate_kv_cache(**args)
     except ValueError as exc:
         text = str(exc)
         for marker in KV_SHAPE_ERRORS:

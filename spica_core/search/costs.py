@@ -1,0 +1,78 @@
+"""What an ask and an evaluation cost, measured as the sweep runs, and what the search does about it.
+
+The optimizer should never cost more than the replays it saves. The search loop reads both costs
+from the trials it knows (``eval_seconds`` of their evaluations, ``suggest_seconds`` of their asks),
+so every decision below is a function of recorded trials and a resumed sweep makes the same ones:
+
+* **batch size**: one model ask proposes ``batch_size`` candidates, enough that the ask takes at most
+  ``OPTIMIZER_SHARE`` of the time the workers spend replaying them;
+* **model or space-filling**: when even the largest batch would not pay for a fit, the ask space-fills;
+* **enumerate**: when replaying every untried candidate of a branch costs less wall time than asking
+  for the rest of its budget, the rest of the branch is enumerated.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from spica_core.search.trials import Trial
+
+# Before the first model ask of a branch: a warm GP-UCB-PE fit plus a few picks on two cores.
+MODEL_ASK_PRIOR_S = 1.0
+# The optimizer may take this share of the workers' replay time for the candidates it proposes (it runs
+# while they replay, so at 1.0 it is hidden on a machine with a core to spare).
+OPTIMIZER_SHARE = 1.0
+MODEL_METHODS = frozenset({"gp"})
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Median seconds of one evaluation and of one model ask, over the trials a decision may use."""
+
+    workers: int
+    eval_s: float | None           # None: nothing evaluated yet
+    ask_s: float = MODEL_ASK_PRIOR_S
+
+    @classmethod
+    def of(cls, known: Sequence[Trial], workers: int, model: bool = True) -> Costs:
+        """From the trials a decision may use. ``model``: the suggester fits one; else its asks cost next
+        to nothing. A process's first model ask also pays imports and compiles, so it is left out."""
+        evals = [t.eval_seconds for t in known if t.eval_seconds is not None and not t.cache_hit]
+        eval_s = statistics.median(evals) if evals else None
+        if not model:
+            return cls(max(1, workers), eval_s, 0.0)
+        asks = {t.ask: t.suggest_seconds for t in known if t.suggested_by in MODEL_METHODS
+                and t.suggest_seconds is not None}
+        warm = [seconds for _, seconds in sorted(asks.items())[1:]]
+        return cls(max(1, workers), eval_s, statistics.median(warm) if warm else MODEL_ASK_PRIOR_S)
+
+    def wall_per_eval(self) -> float | None:
+        """Wall seconds per evaluation with every worker busy."""
+        return None if self.eval_s is None else self.eval_s / self.workers
+
+    def batch_size(self, largest: int) -> int:
+        """A multiple of the workers, the smallest whose replays take ``ask_s / OPTIMIZER_SHARE``."""
+        largest = max(largest, self.workers)
+        wall = self.wall_per_eval()
+        if not wall:
+            return self.workers
+        rounds = math.ceil(self.ask_s / (OPTIMIZER_SHARE * wall * self.workers))
+        return max(self.workers, min(largest, rounds * self.workers))
+
+    def model_pays(self, count: int) -> bool:
+        """Whether a model ask for ``count`` candidates costs at most their replays' share."""
+        wall = self.wall_per_eval()
+        return wall is None or self.ask_s <= OPTIMIZER_SHARE * count * wall
+
+    def enumeration_pays(self, untried: int, remaining: int, batch: int) -> bool:
+        """Whether replaying all ``untried`` candidates is cheaper than ``remaining`` more asked for ones."""
+        wall = self.wall_per_eval()
+        if wall is None or remaining <= 0:
+            return False
+        asking = remaining * wall + math.ceil(remaining / max(1, batch)) * self.ask_s
+        return untried * wall <= asking
+
+
+__all__ = ["Costs", "MODEL_ASK_PRIOR_S", "OPTIMIZER_SHARE"]
