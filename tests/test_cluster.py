@@ -236,15 +236,15 @@ def dask_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def kill_under(ev: ClusterEvaluator, index: int, kills: int, pid_of: Callable[[Any], int | None]) -> tuple[
         threading.Thread, threading.Event, list[int]]:
-    """A thread that SIGABRTs (a native abort) the process running request ``index`` once it has run 1 s,
-    ``kills`` times."""
+    """A thread that SIGABRTs (a native abort) the process running request ``index`` (its eval_id, see
+    ``numbered``) once it has run 1 s, ``kills`` times."""
     stop, killed = threading.Event(), []
 
     def run() -> None:
         while len(killed) < kills and not stop.is_set():
             for task in [t for ts in list(ev._fifo.values()) for t in list(ts)]:
                 pid = pid_of(task.slot)
-                if (task.index == index and task.start is not None and time.perf_counter() - task.start >= 1.0
+                if (task.request.eval_id == f"e{index}" and task.start is not None and time.perf_counter() - task.start >= 1.0
                         and pid and pid not in killed):
                     os.kill(pid, signal.SIGABRT)
                     killed.append(pid)
@@ -493,7 +493,7 @@ def test_ray_outcomes_deadline_and_lost_workers(ray_cluster: str) -> None:
         # an actor process killed under its evaluation, twice: retried once, then failed
         killer, stop, killed = kill_under(ev, 0, 2, lambda slot: slot.pid)
         try:
-            lost, *others = ev.evaluate_batch([request(LONG), request(FAST), request(FAST)])
+            lost, *others = ev.evaluate_batch(numbered(request(LONG), request(FAST), request(FAST)))
         finally:
             stop.set()
             killer.join(15)

@@ -33,7 +33,7 @@ S = TypeVar("S", bound=Scored)
 
 
 def rank(candidates: Iterable[S]) -> list[S]:
-    """Best score first, ties toward fewer GPUs; stable, so remaining ties keep evaluation order."""
+    """Best score first, ties toward fewer GPUs; stable, so remaining ties keep the given order."""
     return sorted(candidates, key=lambda c: (-float(c.score), int(c.used_gpus)))  # type: ignore[arg-type]
 
 
@@ -104,7 +104,9 @@ class RankedCandidate:
 
 def rank_trials(trials: Sequence[Trial], config: SmartSearchConfig) -> list[RankedCandidate]:
     """The ranking (scalar goal) or the front (Pareto goal) of the run's evaluated successes."""
-    evaluated = [t for t in trials if t.is_evaluated_success]
+    # in proposal order (rows are written as evaluations finish), so ties rank the same wherever they ran
+    branch = {mode: i for i, mode in enumerate(dict.fromkeys(t.mode for t in trials))}
+    evaluated = sorted((t for t in trials if t.is_evaluated_success), key=lambda t: (branch[t.mode], t.trial))
     ordered = pareto_front(evaluated, config.goal.objectives) if config.goal.is_pareto else rank(evaluated)
     return [RankedCandidate.of(i + 1, t) for i, t in enumerate(ordered)]
 
