@@ -150,6 +150,22 @@ def test_an_address_of_another_form_names_the_option_and_the_forms(bad: str) -> 
     assert "tcp://HOST:PORT" in text and "ray://HOST:PORT" in text
 
 
+@pytest.mark.parametrize(("address", "parsed"), [("tcp://[::1]:8786", ("tcp", "::1", 8786)),
+                                               ("ray://head.example:10001", ("ray", "head.example", 10001)),
+                                               (" tcp://10.0.0.2:1 ", ("tcp", "10.0.0.2", 1))])
+def test_the_config_and_the_evaluator_read_an_address_alike(address: str, parsed: tuple[str, str, int]) -> None:
+    from spica_core.config.model import SweepConfig, parse_cluster_address
+    from spica_core.evaluate.cluster import _parse
+
+    assert parse_cluster_address(address) == _parse(address) == parsed
+    assert SweepConfig(cluster=address).cluster == address
+    for bad in ("tcp://[::1]", "tcp://[zz]:1", "tcp://host:70000", "tcp://a b:1"):
+        with pytest.raises(ValueError, match="tcp://HOST:PORT"):
+            SweepConfig(cluster=bad)
+        with pytest.raises(SpicaError, match="sweep.cluster"):
+            _parse(bad)
+
+
 @pytest.mark.parametrize("scheme", ["tcp", "ray"])
 def test_an_unreachable_address_fails_quickly_naming_it(scheme: str) -> None:
     address = f"{scheme}://127.0.0.1:{free_port()}"

@@ -410,3 +410,14 @@ def test_the_results_table_lists_the_top_20_and_points_at_the_csv() -> None:
     ranks = [int(m.group(1)) for m in re.finditer(r"^\| (\d+) \|", results, re.M)]
     assert ranks == list(range(1, 21))
     assert "The top 20 of 25 are shown; every candidate is in [candidates.csv](candidates.csv)." in results
+
+
+def test_the_html_report_shows_raw_html_from_reasons_and_names_as_text() -> None:
+    from spica_core.emit.report import render_html
+
+    page = render_html("| reason |\n|---|\n| failed: <script>alert(1)</script> |\n\nmodel `<img src=x onerror=y>` "
+                       "<b>bold</b>\n\n<div onclick=z>block</div>", title="run <x>")
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<b>" not in page and "<div onclick" not in page and "&lt;div onclick=z&gt;block&lt;/div&gt;" in page
+    assert "<code>&lt;img src=x onerror=y&gt;</code>" in page and "<title>run &lt;x&gt;</title>" in page
+    assert "<table>" in page  # Markdown itself still renders

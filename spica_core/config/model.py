@@ -516,12 +516,20 @@ class VizierAlgorithm(str, Enum):
     QUASI_RANDOM_SEARCH = "QUASI_RANDOM_SEARCH"
 
 
-CLUSTER_ADDRESS = re.compile(r"^(tcp|ray)://[^\s/:]+:\d+$")
+CLUSTER_ADDRESS = re.compile(r"^(tcp|ray)://(\[[0-9A-Fa-f:.]+\]|[^\s/:\[\]]+):(\d{1,5})$")
+CLUSTER_FORMS = "tcp://HOST:PORT (a Dask scheduler) or ray://HOST:PORT (a Ray head); an IPv6 host in brackets"
+
+
+def parse_cluster_address(text: str) -> tuple[str, str, int]:
+    """(scheme, host, port) of a cluster address, the one parser for the config and the evaluator."""
+    match = CLUSTER_ADDRESS.fullmatch(str(text).strip())
+    if match is None or not 0 < int(match.group(3)) < 65536:
+        raise ValueError(f"must be {CLUSTER_FORMS}")
+    return match.group(1), match.group(2).strip("[]"), int(match.group(3))
 
 
 def _cluster_address(value: str) -> str:
-    if not CLUSTER_ADDRESS.fullmatch(value):
-        raise ValueError("must be tcp://HOST:PORT (a Dask scheduler) or ray://HOST:PORT (a Ray head)")
+    parse_cluster_address(value)
     return value
 
 

@@ -714,11 +714,17 @@ code { background: #f3f3f3; padding: 0 .2rem; border-radius: 3px; font-size: .85
 
 
 def render_html(markdown_text: str, title: str = "Spica sweep report") -> str:
-    """The Markdown as a standalone page; images stay relative links (they sit next to it)."""
+    """The Markdown as a standalone page; images stay relative links (they sit next to it). Raw HTML is shown
+    as text, never passed on: the report quotes failure reasons, model paths and config names verbatim."""
+    import html
+
     import markdown
 
-    body = markdown.markdown(markdown_text, extensions=["tables"], output_format="html")
-    return (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{title}</title>\n"
+    converter = markdown.Markdown(extensions=["tables"], output_format="html")
+    converter.preprocessors.deregister("html_block")   # python-markdown's documented way to drop raw HTML
+    converter.inlinePatterns.deregister("html")
+    body = converter.convert(markdown_text)
+    return (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{html.escape(title)}</title>\n"
             f"<style>{_CSS}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n")
 
 

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from spica_core.config.model import CLUSTER_FORMS, parse_cluster_address
 from spica_core.errors import ClusterError, RemoteTaskError, WorkerLost
 from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status, evaluate_in_worker
 from spica_core.evaluate.pool import POLL_S, EvalPool, WorkerGroup, evaluate_all, late
@@ -44,7 +45,7 @@ from spica_core.evaluate.pool import POLL_S, EvalPool, WorkerGroup, evaluate_all
 log = logging.getLogger(__name__)
 
 OPTION = "sweep.cluster (--cluster)"
-FORMS = "tcp://HOST:PORT (a Dask scheduler) or ray://HOST:PORT (a Ray head's client server, port 10001 by default)"
+FORMS = f"{CLUSTER_FORMS} (a Ray head's client server listens on port 10001 by default)"
 CONNECT_TIMEOUT_S = 5.0   # an unreachable address fails within about this long
 WORKER_WAIT_S = 15.0      # a Dask scheduler without workers for this long at connect fails
 START_TIMEOUT_S = 120.0   # a worker that takes longer to import the engines is not used
@@ -97,13 +98,10 @@ class _EvalActor:
 
 def _parse(address: str) -> tuple[str, str, int]:
     """(scheme, host, port) of a cluster address, or a ClusterError naming the option and the allowed forms."""
-    text = str(address).strip()
-    scheme, sep, rest = text.partition("://")
-    host, _, port = rest.rpartition(":")
-    host = host.strip("[]")
-    if not sep or scheme not in ("tcp", "ray") or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ClusterError(f"{OPTION}: {text!r} is not a cluster address; expected {FORMS}")
-    return scheme, host, int(port)
+    try:
+        return parse_cluster_address(address)
+    except ValueError:
+        raise ClusterError(f"{OPTION}: {str(address).strip()!r} is not a cluster address; expected {FORMS}") from None
 
 
 def _reachable(kind: str, address: str, host: str, port: int, greets: bool = False) -> None:
@@ -218,6 +216,9 @@ class ClusterEvaluator(WorkerGroup):
         self.close()
 
     # ------------------------------------------------------------ the stream
+
+    def spawn(self) -> None:
+        return None  # the cluster's workers exist already; the first request warms them
 
     def capacity(self) -> int:
         """Free room on the cluster: every slot's threads plus PREFETCH queued behind them, less what is
