@@ -62,9 +62,6 @@ def _search_and_rank(run: ValidatedRun, show_progress: bool) -> SweepSummary:
     sweep_config = config.sweep
     # Opened first, so that a cluster that cannot be reached fails the run before any stage's work.
     with make_evaluator(sweep_config.workers, sweep_config.max_eval_seconds, sweep_config.cluster) as evaluator:
-        if sweep_config.cluster and evaluator.workers > sweep_config.per_round:
-            print(f"the cluster has {evaluator.workers} evaluation slots but a round asks for {sweep_config.per_round} "
-                  "candidates: set sweep.candidates_per_round to keep every slot busy")
         branch_set = kv_filter_task(enumerate_branches_task(config, run.run_dir), run.run_dir)
         predictor = load_predictor_task(run)
         context = SearchContext(config, str(run.trace_file) if run.trace_file else None, predictor,
@@ -72,6 +69,8 @@ def _search_and_rank(run: ValidatedRun, show_progress: bool) -> SweepSummary:
         done = stored_trials(run.run_dir, context)  # a resumed run starts from what is already done
         cache = EvalCache.of(done)
         _, target = round_plan(branch_set.branches, config)
+        if len(done) < target:
+            evaluator.spawn()  # the workers warm up while the flow reads back its stages and asks first
         progress = SweepProgress(target, config.goal.is_pareto, enabled=show_progress)
         ui = UIProgress(run.identity.run_id, config, target)
         for trial in done:

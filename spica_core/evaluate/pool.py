@@ -52,6 +52,8 @@ class Evaluator(Protocol):
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None: ...
 
+    def spawn(self) -> None: ...
+
     def capacity(self) -> int: ...
 
     def submit(self, request: EvalRequest) -> int: ...
@@ -284,9 +286,13 @@ class EvalPool(WorkerGroup):
         w.start()
         return w
 
-    def start(self) -> None:
+    def spawn(self) -> None:
+        """Start the worker processes without waiting for them (they warm up while the caller goes on)."""
         while len(self._pool) < self.workers:
             self._spawn()
+
+    def start(self) -> None:
+        self.spawn()
         for w in self._pool:
             if not w.wait_ready(self.START_TIMEOUT_S):
                 raise SpicaError("an evaluation worker process failed to start; scripts that evaluate in parallel "
@@ -325,8 +331,7 @@ class EvalPool(WorkerGroup):
 
     def submit(self, request: EvalRequest) -> int:
         """Send ``request`` to an idle worker (starting the pool on first use); its deadline starts now."""
-        if not self._pool:
-            self.start()
+        self.spawn()  # each worker is waited for when it gets its first request
         slot = next((s for s in range(len(self._pool)) if s not in self._running), None)
         if slot is None:
             raise RuntimeError("submit() needs an idle worker: check capacity() first")
@@ -416,6 +421,9 @@ class SequentialEvaluator:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def spawn(self) -> None:
         return None
 
     def capacity(self) -> int:

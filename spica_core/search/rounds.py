@@ -33,6 +33,11 @@ if TYPE_CHECKING:
     from spica_core.predictors import LoadPredictorResult
 
 
+# What a branch's recorded trials mean (how batches are numbered and picked): trials recorded by another
+# loop are not resumed, they are searched again.
+SEARCH_LOOP: Final = 2
+
+
 @dataclass(frozen=True)
 class SearchContext:
     """What every evaluation of a run shares; its fingerprint is part of every cache key (§6.3)."""
@@ -54,7 +59,8 @@ class SearchContext:
     def key(self) -> str:
         """Computed once: every proposal's cache key includes it."""
         lp = self.load_predictor
-        key: dict[str, Any] = {"config": self.config.normalised(), "load_predictor": lp.rows() if lp else None}
+        key: dict[str, Any] = {"config": self.config.normalised(), "load_predictor": lp.rows() if lp else None,
+                               "loop": SEARCH_LOOP}
         if self.warm_start:  # what is evaluated first, and the studies' prior, are part of what the run searched
             key["warm_start"] = self.warm_start.key()
         return fingerprint(key)

@@ -94,12 +94,18 @@ def _runtime() -> SimpleNamespace:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
         from vizier import algorithms as vza
         from vizier import pyvizier as vz
-        from vizier._src.algorithms.designers import gp_bandit, gp_ucb_pe, quasi_random
+        from vizier._src.algorithms.designers import quasi_random
         from vizier.pyvizier import converters
         from vizier.pyvizier.converters import padding
-    _RUNTIME = SimpleNamespace(jax=jax, vz=vz, vza=vza, gp_bandit=gp_bandit, gp_ucb_pe=gp_ucb_pe,
-                               quasi_random=quasi_random, converters=converters, padding=padding)
+    _RUNTIME = SimpleNamespace(jax=jax, vz=vz, vza=vza, quasi_random=quasi_random, converters=converters,
+                               padding=padding)
     return _RUNTIME
+
+
+def warm_up() -> None:
+    """Import jax and Vizier now (seconds), e.g. while something else starts; the GP designers load on the
+    first model ask (a study's first asks only space-fill)."""
+    _runtime()
 
 
 def derive_seed(seed: int, step: int) -> int:
@@ -519,13 +525,14 @@ def _finite_designers() -> tuple[type, type, type]:
     if _DESIGNERS is not None:
         return _DESIGNERS
     import equinox as eqx
+    from vizier._src.algorithms.designers import gp_bandit, gp_ucb_pe
 
     rt = _runtime()
     # One jitted entry point for every acquisition call: the score function (an equinox module) is an
     # argument, so a new one of the same structure reuses the compiled code instead of adding its own.
     apply = eqx.filter_jit(lambda fn, *args: fn(*args))
 
-    class FiniteUCBPE(rt.gp_ucb_pe.VizierGPUCBPEBandit):
+    class FiniteUCBPE(gp_ucb_pe.VizierGPUCBPEBandit):
         spica_slot: _Slot
 
         def get_score_fn_on_trials(self, score_fn: Any) -> Any:
@@ -538,7 +545,7 @@ def _finite_designers() -> tuple[type, type, type]:
 
             return acquisition
 
-    class FiniteGPBandit(rt.gp_bandit.VizierGPBandit):
+    class FiniteGPBandit(gp_bandit.VizierGPBandit):
         spica_slot: _Slot
 
         def _optimize_acquisition(self, scoring_fn: Any, count: int) -> list[Any]:
@@ -571,4 +578,4 @@ def _plain_number(value: Any) -> int | float:
     return int(number) if number.is_integer() else number
 
 
-__all__ = ["Study", "TrialRecord", "ALGORITHMS", "GP_ALGORITHMS", "CONSTANT_PARAM", "derive_seed"]
+__all__ = ["Study", "TrialRecord", "warm_up", "ALGORITHMS", "GP_ALGORITHMS", "CONSTANT_PARAM", "derive_seed"]
