@@ -53,7 +53,9 @@ from results_doc import DOCS, write_section  # noqa: E402
 from spica_core.config.model import SmartSearchConfig  # noqa: E402
 from spica_core.evaluate import EvalPool, EvalRequest, Outcome  # noqa: E402
 from spica_core.evaluate.traces import write_poisson_trace  # noqa: E402
-from spica_core.search import EvalCache, SearchContext, Tally, Trial, search_branch  # noqa: E402
+from spica_core.search import (  # noqa: E402
+    EvalCache, SearchContext, Tally, Trial, search_branch, thorough_proposals,
+)
 from spica_core.space.branches import Branch, enumerate_branches  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "search.json"
@@ -275,6 +277,7 @@ def bench_small(name: str, space: dict[str, Any], trace: Path, pool: EvalPool, m
     default = sweep(make_config(space, trace, max_rounds=max_rounds, candidates_per_round=per_round), branches, trace,
                     pool)
     out = {"candidates": len(thorough.trials), "budget": max_rounds * per_round, "thorough_wall_s": thorough.wall_s,
+           "optimum": thorough.best,
            "default_wall_s": default.wall_s, "default_evaluations": len(default.trials),
            "wall_ratio": default.wall_s / thorough.wall_s, "best_ratio": default.best / thorough.best,
            "methods": default.methods, "default_split": wall_split(default)}
@@ -349,6 +352,33 @@ def bench_peer(trace: Path, spica_best: float, optimum: float) -> dict[str, Any]
     return out
 
 
+def bench_upstream(trace: Path, spica: dict[str, Any]) -> dict[str, Any]:
+    """The upstream sweeper (``aisimulate recommend``, its own venv) on the 45-candidate space, exhaustive and
+    Bayesian at the default sweep's budget: wall time, unique evaluations, and its best re-scored by Spica."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import peer_sweeper
+
+    from spica_core.evaluate import evaluate_one
+
+    out: dict[str, Any] = {}
+    base = {"search_space": SMALL_SPACE, "workload": {"trace_path": str(trace)},
+            "goal": {"target": "goodput_per_gpu", "sla": SLA}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, budget in (("exhaustive", None), ("bayesian", spica["budget"])):
+            run = peer_sweeper.run_upstream(SMALL_SPACE, trace, SLA, budget, "bayesian", Path(tmp) / name)
+            row = {k: run.get(k) for k in ("wall_s", "trials", "unique", "cpu_s", "error")}
+            if run.get("best") and not run.get("error"):
+                pinned = SmartSearchConfig.from_dict(peer_sweeper.spica_config_for(run["best"], base))
+                branch = enumerate_branches(pinned).branches[0]
+                context = SearchContext(pinned, str(trace), None)
+                proposal = next(iter(thorough_proposals(branch)))
+                row["rescored"] = evaluate_one(context.request(proposal, "peer")).score
+                row["rescored_ratio_to_optimum"] = row["rescored"] / spica["optimum"]
+            out[name] = row
+    print(f"[upstream] {out}", flush=True)
+    return out
+
+
 def median_range(values: Sequence[float]) -> str:
     return f"{statistics.median(values):.3f} ({min(values):.3f}–{max(values):.3f})"
 
@@ -390,6 +420,14 @@ def write_docs(results: dict[str, Any]) -> None:
                   f"{s['budget']} ({s['default_evaluations']} evaluated, picks {s['methods']}) "
                   f"{s['default_wall_s']:.1f} s vs thorough {s['thorough_wall_s']:.1f} s: ratio "
                   f"**{s['wall_ratio']:.2f}**; its best ÷ optimum {s['best_ratio']:.3f}.", ""]
+    if "upstream" in results:
+        u, s = results["upstream"], results["small"]["45"]
+        rows = [f"{name} {r['wall_s']:.0f} s for {r['unique']} unique of {r['trials']} trials, its best re-scored "
+                f"by Spica {r.get('rescored_ratio_to_optimum', float('nan')):.3f} of the optimum"
+                for name, r in u.items() if not r.get("error")]
+        lines += [f"**Peer: the upstream sweeper** (`aisimulate recommend`, its own venv) on the 45-candidate space: "
+                  + "; ".join(rows) + f". Spica on the same space: thorough {s['thorough_wall_s']:.0f} s, default "
+                  f"{s['default_wall_s']:.0f} s.", ""]
     if "rss" in results:
         r = results["rss"]
         lines += [f"**RSS** over {r['suggestions']} GP-UCB-PE suggestions with caches kept: "
@@ -435,6 +473,8 @@ def main() -> None:
             "90": bench_small("small-90", MEDIUM_SPACE, make_trace("shared_prefix_4000", 4000), pool, 8, 4)}
         if not args.quick:
             results["real"] = bench_real(pool)
+    if not args.quick:
+        results["upstream"] = bench_upstream(make_trace("shared_prefix_400", 400), results["small"]["45"])
     if not args.quick:
         dense = results["spaces"]["dense"]
         results["rss"] = bench_rss(SPACES["dense"], trace, recorded["dense"], 200)

@@ -107,11 +107,19 @@ class RowError(ValueError):
 
 # ---------------------------------------------------------------- install
 
-def ensure_aisim(venv: Path = AISIM_VENV) -> Path:
-    """The python of a separate venv with ``aisimulate==AISIM_VERSION``, created/installed on first use."""
+def installed_aisim(venv: Path = AISIM_VENV) -> Path | None:
+    """The python of ``venv`` when it has ``aisimulate==AISIM_VERSION`` installed, else None; never installs."""
     py = venv / "bin" / "python"
     probe = [str(py), "-c", "import importlib.metadata as m; print(m.version('aisimulate'))"]
     if py.exists() and subprocess.run(probe, capture_output=True, text=True).stdout.strip() == AISIM_VERSION:
+        return py
+    return None
+
+
+def ensure_aisim(venv: Path = AISIM_VENV) -> Path:
+    """The python of a separate venv with ``aisimulate==AISIM_VERSION``, created/installed on first use."""
+    py = venv / "bin" / "python"
+    if installed_aisim(venv) is not None:
         return py
     steps = [] if py.exists() else [["python3", "-m", "venv", str(venv)]]
     steps.append([str(py), "-m", "pip", "install", "-q", f"aisimulate=={AISIM_VERSION}"])
@@ -120,7 +128,7 @@ def ensure_aisim(venv: Path = AISIM_VENV) -> Path:
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise PeerError(f"installing AISimulate failed ({' '.join(cmd)}):\n{(proc.stderr or proc.stdout)[-2000:]}")
-    if subprocess.run(probe, capture_output=True, text=True).stdout.strip() != AISIM_VERSION:
+    if installed_aisim(venv) is None:
         raise PeerError(f"pip finished but {py} has no aisimulate {AISIM_VERSION}")
     return py
 

@@ -133,10 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", default=None, help="write the run here instead of runs/<run id>/")
     p.add_argument("--runs-root", default="runs", help="parent folder of run folders (default: runs)")
     p.add_argument("--seed", type=_seed, default=None, help="override sweep.seed (another seed is another run)")
-    from spica_core.run.catalog import CATALOG
+    from spica_core.run.stages import STAGE_NAMES  # (not the catalog: `spica --help` needs no pyarrow)
 
-    p.add_argument("--from-stage", choices=list(CATALOG), default=None, metavar="STAGE",
-                   help="recompute this stage and everything computed from it: " + ", ".join(CATALOG))
+    p.add_argument("--from-stage", choices=list(STAGE_NAMES), default=None, metavar="STAGE",
+                   help="recompute this stage and everything computed from it: " + ", ".join(STAGE_NAMES))
     p.add_argument("--warm-start", default=None, metavar="RUN_DIR",
                    help="evaluate an earlier run's top candidates first (on this run's trace; no score is copied)")
     p.add_argument("--cluster", default=None, metavar="ADDRESS",

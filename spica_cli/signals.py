@@ -6,9 +6,17 @@ Why this module exists (Prefect 3.9.1, read in its source and measured):
   sweep's process group. A Ctrl-C or a group SIGTERM (``timeout``, Kubernetes) stops it together with
   the sweep; every API call after that (the engine reporting the crash, the log and event workers
   draining at exit) retries the dead server with exponential backoff, 1+2+4+8+16 s per call: the
-  reported hangs. So the sweep starts that server itself, in its own session (:class:`_SessionServer`): it
-  outlives the flow's crash report and the exit drains, and Prefect's own atexit stops it last. It also
+  reported hangs. So the sweep starts that server itself, in its own session (:class:`_TempServer`): it
+  outlives the flow's crash report and the exit drains, and an atexit callback stops it last. It also
   gets a parent-death signal, so not even a SIGKILLed sweep orphans it.
+* Starting that server was most of the time from ``spica sweep`` to its first replay (issue 21,
+  ``bench/bench_startup.py``): the child's imports and set-up, and Prefect's server modules, imported by the
+  sweep itself only to start the child. So the sweep starts the child first thing, *held*
+  (:func:`prestart_api`): it imports while the sweep reads its config and imports Prefect, and serves once
+  Prefect's settings say that a temporary server is wanted (:meth:`_Guard.start_api`); the sweep never imports
+  Prefect's server, and points its own settings at the child's URL (:func:`_use_api_url`). The first API call,
+  slow on a new server, is made while the sweep imports the flow and the optimizer. Runs land in the same
+  database (PREFECT_HOME) as before; with PREFECT_API_URL set, none of this happens.
 * The flow engine swaps SIGTERM for its own handler while a flow runs (``capture_sigterm``). When its
   ``TerminationSignal`` leaves the engine it restores the previous handler and sends SIGTERM again; with
   SIG_DFL there the process dies on the spot, atexit never runs and the server is orphaned. Our handler
@@ -30,8 +38,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib.util
 import logging
 import os
+import random
 import select
 import signal
 import socket
@@ -98,7 +108,10 @@ def interrupted(exc: BaseException, default_code: int = 128 + signal.SIGINT) -> 
 # ------------------------------------------------------------------ the API server, in its own session
 
 # The child side of the server's command: die with the sweep (PR_SET_PDEATHSIG = 1; Linux), and not start
-# at all if the sweep already died between fork and prctl; then exactly `python -m uvicorn ARGS`.
+# at all if the sweep already died between fork and prctl. Held (SPICA_SERVER_HOLD): first import uvicorn and
+# Prefect's server, most of its start-up and free of side effects, then wait for one line on stdin: "go"
+# serves, anything else (EOF: the sweep ended, or it needs no temporary server) exits. Then exactly
+# `python -m uvicorn ARGS`.
 _SERVER_BOOT = """\
 import ctypes, os, signal, sys
 try:
@@ -107,55 +120,202 @@ except Exception:
     pass
 if str(os.getppid()) != os.environ.pop("SPICA_SWEEP_PID", str(os.getppid())):
     sys.exit(0)
+if os.environ.pop("SPICA_SERVER_HOLD", ""):
+    import uvicorn.main, prefect.server.api.server
+    if sys.stdin.readline().strip() != "go":
+        sys.exit(0)
 sys.argv[0] = "uvicorn"
 from uvicorn.main import main
 main()
 """
+_PORTS = range(8000, 9000)   # Prefect's SubprocessASGIServer._port_range
+_PORT_IN_USE = 3             # uvicorn's exit code when it cannot bind
 
 
-def _session_server_class() -> type:
-    from prefect.server.api.server import SubprocessASGIServer
+def _free_port() -> int:
+    """A free local port from Prefect's range, chosen as Prefect chooses it (random, bind-tested)."""
+    for _ in range(10):
+        port = random.choice(_PORTS)
+        with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                time.sleep(random.uniform(0.1, 0.5))
+    raise RuntimeError("no free port for the temporary Prefect API server")
 
-    class _SessionServer(SubprocessASGIServer):  # type: ignore[misc]
-        """Prefect's temporary server, started in its own session so that signals to the sweep's process group
-        do not reach it: the sweep stops it after the flow has reported its end (at exit, Prefect's atexit)."""
 
-        def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
-            # Prefect 3.9.1's command and environment (server.py, SubprocessASGIServer), plus the session.
-            import prefect
+def _site_packages() -> str:
+    """Where ``prefect`` is installed (uvicorn's --app-dir), without importing it."""
+    module = sys.modules.get("prefect")
+    if module is not None:
+        return str(module.__module_path__.parent)
+    spec = importlib.util.find_spec("prefect")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("prefect is not installed")
+    return str(Path(spec.origin).parent.parent)
+
+
+class _TempServer:
+    """Prefect's temporary API server, started by the sweep: Prefect 3.9.1's command and environment (server.py,
+    ``SubprocessASGIServer``) in its own session, so that signals to the sweep's process group do not reach it,
+    with a parent-death signal. Started *held* (:func:`prestart_api`) it imports while the sweep checks its
+    inputs, and serves once :meth:`release`\\ d; it is stopped at exit, after the flow has reported its end
+    and Prefect's log and event workers have drained (atexit, registered before Prefect's own callbacks)."""
+
+    def __init__(self, hold: bool):
+        self.port = _free_port()
+        self.held = hold
+        self.proc = self._popen(hold)
+        self._ready = threading.Event()
+        self._failure: str | None = None
+        atexit.register(self.stop)
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api"
+
+    def _popen(self, hold: bool) -> subprocess.Popen[Any]:
+        server_env = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+        settings_env: dict[str, str] = {}
+        if "prefect.settings" in sys.modules:  # (Prefect passes its settings on; a held start precedes them)
             from prefect.settings import get_current_settings
 
-            server_env = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
-            return subprocess.Popen(
-                args=[sys.executable, "-c", _SERVER_BOOT, "--app-dir", str(prefect.__module_path__.parent),
-                      "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
-                      "--port", str(self.port), "--log-level", "error", "--lifespan", "on"],
-                env={**os.environ, **server_env,
-                     **get_current_settings().to_environment_variables(exclude_unset=True),
-                     "SPICA_SWEEP_PID": str(os.getpid())},
-                start_new_session=True,
-            )
+            settings_env = get_current_settings().to_environment_variables(exclude_unset=True)
+            settings_env.pop("PREFECT_API_URL", None)
+        env = {**os.environ, **server_env, **settings_env, "SPICA_SWEEP_PID": str(os.getpid())}
+        if hold:
+            env["SPICA_SERVER_HOLD"] = "1"
+        return subprocess.Popen(
+            args=[sys.executable, "-c", _SERVER_BOOT, "--app-dir", _site_packages(),
+                  "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
+                  "--port", str(self.port), "--log-level", "error", "--lifespan", "on"],
+            env=env, stdin=subprocess.PIPE if hold else None, start_new_session=True,
+        )
 
-    return _SessionServer
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def release(self, timeout: float) -> None:
+        """Serve now (a held server stops waiting), and come up in the background: :meth:`wait_ready`."""
+        if self.held:
+            self.held = False
+            assert self.proc.stdin is not None
+            with contextlib.suppress(OSError):
+                self.proc.stdin.write(b"go\n")
+                self.proc.stdin.close()
+        threading.Thread(target=self._come_up, args=(timeout,), name="spica-api-start", daemon=True).start()
+
+    def _come_up(self, timeout: float) -> None:
+        """Until /health answers (a new port when uvicorn found this one taken, as Prefect does), then the first
+        API call, which is slow (the server's lazy set-up): here, not in the flow's start."""
+        import httpx
+
+        end = time.monotonic() + timeout
+        try:
+            with httpx.Client() as client:
+                while True:
+                    code = self.proc.poll()
+                    if code == _PORT_IN_USE:
+                        self.port = _free_port()
+                        self.proc = self._popen(hold=False)
+                        continue
+                    if code is not None:
+                        self._failure = f"its process exited with code {code}"
+                        return
+                    if time.monotonic() >= end:
+                        self._failure = f"it did not answer within {timeout:g} s"
+                        return
+                    try:
+                        if client.get(f"{self.api_url}/health").status_code == 200:
+                            break
+                    except httpx.TransportError:
+                        pass
+                    time.sleep(0.1)
+                with contextlib.suppress(httpx.HTTPError):
+                    client.get(f"{self.api_url}/admin/version")
+        except Exception as exc:  # noqa: BLE001 - reported by wait_ready, in the main thread
+            self._failure = f"{type(exc).__name__}: {exc}"
+        finally:
+            self._ready.set()
+
+    def wait_ready(self) -> None:
+        """Once it answers (in slices, so that the main thread's signal handlers run meanwhile)."""
+        while not self._ready.wait(TICK_S):
+            pass
+        if self._failure is not None:
+            from spica_core.errors import SpicaError
+
+            raise SpicaError(f"the temporary Prefect API server did not start: {self._failure} (raise "
+                             "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS on a slow machine, or set "
+                             "PREFECT_API_URL to a running server)")
+
+    def stop(self) -> None:
+        """As Prefect stops its server: SIGTERM, SIGKILL after 5 s (idempotent; a held one just exits)."""
+        proc = self.proc
+        if proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                proc.terminate()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
-def _ephemeral_server() -> Any | None:
-    """The temporary server this sweep talks to, started now if Prefect would start one (PREFECT_API_URL unset)."""
-    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
+_HELD: _TempServer | None = None   # started by prestart_api, not yet released or discarded
+_OWN: _TempServer | None = None    # the server this process's Prefect settings point at (reused by a later sweep)
 
-    if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
-        return None  # (and the server's modules, ~2.5 s of imports, are not loaded)
-    from prefect.server.api.server import SubprocessASGIServer
 
-    from spica_core.errors import SpicaError
-    server = SubprocessASGIServer._instances.get(None) or _session_server_class()()
+def _env_disables_ephemeral() -> bool:
+    value = os.environ.get("PREFECT_SERVER_EPHEMERAL_ENABLED", os.environ.get("PREFECT_SERVER_ALLOW_EPHEMERAL_MODE"))
+    return value is not None and value.strip().lower() in ("0", "false", "no", "off")
+
+
+def _prefect_server() -> Any | None:
+    """Prefect's own running temporary server, if something in this process started one (never imports it)."""
+    module = sys.modules.get("prefect.server.api.server")
+    server = module.SubprocessASGIServer._instances.get(None) if module is not None else None
+    return server if server is not None and server.running else None
+
+
+def prestart_api() -> None:
+    """First thing in ``spica sweep``: start the temporary server's process, held, so that it imports (most of
+    its start-up, on another core) while the sweep reads its config and imports Prefect. Skipped when the
+    environment names an API (PREFECT_API_URL) or forbids the temporary server, when one runs already, and off
+    the main thread. :meth:`_Guard.start_api` releases or discards it once Prefect's settings are known."""
+    global _HELD
+    if (_HELD is not None or (_OWN is not None and _OWN.alive()) or os.environ.get("PREFECT_API_URL")
+            or _env_disables_ephemeral() or threading.current_thread() is not threading.main_thread()
+            or _prefect_server() is not None):
+        return
     try:
-        server.start()  # a no-op when it runs already (an earlier sweep in this process)
-    except RuntimeError as exc:
-        raise SpicaError(f"the temporary Prefect API server did not start: {exc} (raise "
-                         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS on a slow machine, or set "
-                         "PREFECT_API_URL to a running server)") from None
-    return server
+        _HELD = _TempServer(hold=True)
+    except (OSError, RuntimeError):
+        _HELD = None  # the ordinary start (start_api) reports what is wrong
+
+
+def discard_held() -> None:
+    """A held server that no sweep released (the sweep failed before): it exits on EOF."""
+    global _HELD
+    held, _HELD = _HELD, None
+    if held is not None:
+        held.stop()
+
+
+def _use_api_url(url: str) -> None:
+    """Point this process's Prefect settings at ``url`` for the rest of its life, every thread included: the
+    process-wide settings context that ``SettingsContext.get()`` falls back to (as Prefect's test harness does).
+    Nothing is exported to the environment, so child processes do not inherit it."""
+    import prefect.context
+    from prefect.settings import PREFECT_API_URL
+
+    root = prefect.context.GLOBAL_SETTINGS_CONTEXT
+    prefect.context.GLOBAL_SETTINGS_CONTEXT = prefect.context.SettingsContext(
+        profile=root.profile, settings=root.settings.copy_with_update(updates={PREFECT_API_URL: url}))
 
 
 # ------------------------------------------------------------------ the guard
@@ -176,8 +336,9 @@ class _Guard:
         self._wsock: socket.socket | None = None
         self._previous: dict[int, Handler] = {}
         self._previous_wakeup = -1
-        self._server: Any | None = None     # a SubprocessASGIServer whose process we watch
-        self._server_proc: subprocess.Popen[Any] | None = None
+        self._own: _TempServer | None = None      # our temporary server (start_api), waited for by watch_api
+        self._remote: str | None = None           # PREFECT_API_URL's server
+        self._server_proc: subprocess.Popen[Any] | None = None  # the temporary server's process, watched
         self._threads: list[threading.Thread] = []
         self._installed = False
 
@@ -198,19 +359,61 @@ class _Guard:
         t.start()
         self._threads.append(t)
 
-    def watch_api(self) -> None:
-        """Start (or find) the temporary server and watch it; or watch PREFECT_API_URL's server."""
+    def start_api(self) -> None:
+        """Where the sweep's Prefect API is, from Prefect's settings: the server PREFECT_API_URL names, Prefect's own
+        temporary server when this process runs one already, or ours: the held one released now (it comes up
+        while the sweep imports the flow), else one started now. :meth:`watch_api` waits for it."""
+        global _HELD
+        held, _HELD = _HELD, None
         if not self._installed:  # not on the main thread: Prefect starts its server itself, as it always did
+            if held is not None:
+                held.stop()
             return
-        self._server = _ephemeral_server()
-        if self._server is not None:
-            self._server_proc = self._server.server_process
-            self._start(self._watch_server, "spica-api-watch")
-            return
-        from prefect.settings import PREFECT_API_URL
+        import prefect.context
+        from prefect.settings import (
+            PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED, PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
+        )
 
         url = PREFECT_API_URL.value()
-        if url:
+        ours = _OWN is not None and url == _OWN.api_url
+        if ours and _OWN is not None and _OWN.alive():  # an earlier sweep in this process started it
+            self._own = _OWN
+        elif url and not ours:
+            self._remote = url
+        elif not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
+            pass  # Prefect's own error names the missing API when the flow starts
+        elif (server := _prefect_server()) is not None:
+            self._server_proc = server.server_process
+        elif prefect.context.SettingsContext.get() is not prefect.context.GLOBAL_SETTINGS_CONTEXT:
+            pass  # settings set in this process (a `temporary_settings` block): Prefect starts its server for them
+        else:
+            try:
+                self._own = held or _TempServer(hold=False)
+            except (OSError, RuntimeError) as exc:
+                from spica_core.errors import SpicaError
+
+                raise SpicaError(f"the temporary Prefect API server did not start: {exc}") from None
+            held = None if self._own is held else held
+            self._own.release(float(PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value()))
+        if held is not None:
+            held.stop()
+
+    def watch_api(self) -> None:
+        """Wait for the temporary server (once, before the flow starts) and point Prefect at it; then watch the
+        sweep's API: the temporary server's process, or PREFECT_API_URL's server over HTTP."""
+        global _OWN
+        if not self._installed:
+            return
+        if self._own is not None:
+            self._own.wait_ready()
+            if _OWN is not self._own:
+                _use_api_url(self._own.api_url)
+                _OWN = self._own
+            self._server_proc = self._own.proc
+        if self._server_proc is not None:
+            self._start(self._watch_server, "spica-api-watch")
+        elif self._remote is not None:
+            url = self._remote
             self._start(lambda: self._watch_remote(url), "spica-api-watch")
 
     def uninstall(self) -> None:
@@ -379,12 +582,9 @@ _ACTIVE: _Guard | None = None
 
 def _exit_phase_handler(signum: int, frame: FrameType | None) -> None:
     """A stop signal while the interpreter tears down after a finished sweep: nothing is left to save."""
-    server = None
+    server = _OWN.proc if _OWN is not None else None
     with contextlib.suppress(Exception):
-        from prefect.server.api.server import SubprocessASGIServer
-
-        inst = SubprocessASGIServer._instances.get(None)
-        server = inst.server_process if inst is not None else None
+        server = server or getattr(_prefect_server(), "server_process", None)
     _kill_children(server)
     with contextlib.suppress(OSError):
         os.write(2, f"interrupted ({_name(signum)}) while exiting; the sweep had finished\n".encode())
@@ -464,4 +664,4 @@ def stoppable() -> Iterator[_Guard]:
     _arm_exit_phase()
 
 
-__all__ = ["GRACE_S", "Interrupted", "interrupted", "stoppable"]
+__all__ = ["GRACE_S", "Interrupted", "discard_held", "interrupted", "prestart_api", "stoppable"]

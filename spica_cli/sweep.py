@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from spica_cli.exits import EXIT_NO_RESULT, EXIT_OK
-from spica_core.evaluate import Candidate
-from spica_core.run import lock
-from spica_core.run.identity import locate
-from spica_core.search import SweepSummary, Tally
+
+if TYPE_CHECKING:  # (imported when a sweep runs: `spica show` and the tests need none of the engines)
+    from spica_core.config.model import SmartSearchConfig
+    from spica_core.evaluate import Candidate
+    from spica_core.search import SweepSummary, Tally
 
 TOP = 10
 
@@ -90,24 +91,62 @@ def render_summary(summary: SweepSummary) -> str:
     return "\n".join(lines)
 
 
+# What the flow's first call imports (its engine, and FastAPI's encoder for the parameters), then pandas (pyarrow
+# loads it on the first artifact write).
+_FIRST_IMPORTS = ("prefect.flow_engine", "prefect.task_engine", "prefect.utilities.visualization",
+                  "fastapi.encoders", "pandas")
+
+
+def _warm_up(config: SmartSearchConfig) -> None:
+    """What the sweep imports before its first replay anyway, imported while Prefect's temporary server comes up
+    (a separate process, which the main process would otherwise wait for): :data:`_FIRST_IMPORTS` and, for a
+    rapid sweep, jax and Vizier (the first ask). Best effort: what fails here fails again where it is used,
+    with that stage's message."""
+    import importlib
+
+    from spica_core.config.model import SweepPolicy
+
+    for name in _FIRST_IMPORTS:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    if config.sweep.policy is SweepPolicy.rapid:
+        from spica_core.search.study import warm_up
+
+        warm_up()
+
+
 def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: int | None = None,
                   from_stage: str | None = None, warm_start: str | None = None, cluster: str | None = None) -> int:
-    from spica_cli.signals import stoppable
+    from spica_cli.signals import discard_held, prestart_api, stoppable
 
-    # SIGINT / SIGTERM stop the sweep within seconds, workers and Prefect's server included (signals.py).
-    with stoppable() as guard:
-        # Fail fast, before Prefect starts its server: a bad config, a cluster that does not answer, a --run-dir
-        # that is a file, or a run folder another sweep holds (this process keeps the lock; the flow takes it over).
-        located = locate(config_path, runs_root, run_dir, seed, cluster)
-        if located.config.sweep.cluster:
-            from spica_core.evaluate.cluster import check_reachable
+    # Prefect's temporary server takes seconds to start: its process starts importing now (signals.py).
+    prestart_api()
+    try:
+        from spica_core.run import lock
+        from spica_core.run.identity import locate
 
-            check_reachable(located.config.sweep.cluster)
-        guard.run_dir = lock.acquire(located.folder)
-        from flows.sweep import sweep
+        # SIGINT / SIGTERM stop the sweep within seconds, workers and Prefect's server included (signals.py).
+        with stoppable() as guard:
+            # Fail fast, before Prefect is imported (its held server only imports meanwhile): a bad config, a cluster
+            # that does not answer, a --run-dir that is a file, or a run folder another sweep holds (this process
+            # keeps the lock; the flow takes it over).
+            located = locate(config_path, runs_root, run_dir, seed, cluster)
+            if located.config.sweep.cluster:
+                from spica_core.evaluate.cluster import check_reachable
 
-        guard.watch_api()
-        summary = sweep(config_path=config_path, runs_root=runs_root, run_dir=run_dir, seed=seed,  # type: ignore[arg-type]
-                        from_stage=from_stage, warm_start=warm_start, cluster=cluster, show_progress=True)
-        print(render_summary(summary))
+                check_reachable(located.config.sweep.cluster)
+            guard.run_dir = lock.acquire(located.folder)
+            guard.start_api()
+            from flows.sweep import sweep
+
+            _warm_up(located.config)
+            guard.watch_api()
+            summary = sweep(config_path=config_path, runs_root=runs_root, run_dir=run_dir,  # type: ignore[arg-type]
+                            seed=seed, from_stage=from_stage, warm_start=warm_start, cluster=cluster,
+                            show_progress=True)
+            print(render_summary(summary))
+    finally:
+        discard_held()  # a sweep that failed before releasing it
     return EXIT_OK if summary.ranking else EXIT_NO_RESULT

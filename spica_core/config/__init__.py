@@ -1,50 +1,71 @@
-"""The validate stage (reference §1–§5): the config model, the knob tables, goal policies and §2.11 pruning."""
-from spica_core.config.issues import issues_from
-from spica_core.config.knobs import (
-    COMPOSITE_PRESETS,
-    ENGINE_KNOBS,
-    INT_KNOBS,
-    KV_ROUTER_KNOBS,
-    PREDICTOR_FAMILIES,
-    decode_composite,
-    entry_label,
-    predictor_fields,
-)
-from spica_core.config.model import (
-    GOODPUT_TARGETS,
-    MINIMIZED_TARGETS,
-    DisaggParallel,
-    OptimizationGoal,
-    OptimizationTarget,
-    ParallelShape,
-    SearchSpace,
-    SLATarget,
-    SmartSearchConfig,
-    SweepConfig,
-    SweepPolicy,
-    VizierAlgorithm,
-    Workload,
-)
-from spica_core.config.policies import (
-    PolicyEntry,
-    PolicyFilter,
-    filter_for_goal,
-    filter_scaling_policies,
-    planner_target,
-    scaling_flags,
-    throughput_intervals,
-    with_policies,
-)
-from spica_core.config.pruning import branch_knob_choices
-from spica_core.config.summary import describe, searched_knobs
+"""The validate stage (reference §1–§5): the config model, the knob tables, goal policies and §2.11 pruning.
+
+The names below are imported on first use (PEP 562), so importing one submodule (say
+``spica_core.config.issues``) does not load the others and their dependencies.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_FROM: dict[str, str] = {
+    **dict.fromkeys(("issues_from",), "issues"),
+    **dict.fromkeys((
+        "COMPOSITE_PRESETS", "ENGINE_KNOBS", "INT_KNOBS", "KV_ROUTER_KNOBS", "PREDICTOR_FAMILIES",
+        "decode_composite", "entry_label", "predictor_fields",
+    ), "knobs"),
+    **dict.fromkeys((
+        "GOODPUT_TARGETS", "MINIMIZED_TARGETS", "DisaggParallel", "OptimizationGoal", "OptimizationTarget",
+        "ParallelShape", "SearchSpace", "SLATarget", "SmartSearchConfig", "SweepConfig", "SweepPolicy",
+        "VizierAlgorithm", "Workload",
+    ), "model"),
+    **dict.fromkeys((
+        "PolicyEntry", "PolicyFilter", "filter_for_goal", "filter_scaling_policies", "planner_target",
+        "scaling_flags", "throughput_intervals", "with_policies",
+    ), "policies"),
+    **dict.fromkeys(("branch_knob_choices",), "pruning"),
+    **dict.fromkeys(("describe", "searched_knobs"), "summary"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """``spica_core.config.NAME``: imported from its submodule on first use, then kept here."""
+    module = _FROM.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_FROM})
+
+
+if TYPE_CHECKING:  # what type checkers and editors see
+    from spica_core.config.issues import issues_from
+    from spica_core.config.knobs import (
+        COMPOSITE_PRESETS, ENGINE_KNOBS, INT_KNOBS, KV_ROUTER_KNOBS, PREDICTOR_FAMILIES, decode_composite,
+        entry_label, predictor_fields
+    )
+    from spica_core.config.model import (
+        GOODPUT_TARGETS, MINIMIZED_TARGETS, DisaggParallel, OptimizationGoal, OptimizationTarget,
+        ParallelShape, SearchSpace, SLATarget, SmartSearchConfig, SweepConfig, SweepPolicy, VizierAlgorithm,
+        Workload
+    )
+    from spica_core.config.policies import (
+        PolicyEntry, PolicyFilter, filter_for_goal, filter_scaling_policies, planner_target, scaling_flags,
+        throughput_intervals, with_policies
+    )
+    from spica_core.config.pruning import branch_knob_choices
+    from spica_core.config.summary import describe, searched_knobs
 
 __all__ = [
     "COMPOSITE_PRESETS", "ENGINE_KNOBS", "INT_KNOBS", "KV_ROUTER_KNOBS", "PREDICTOR_FAMILIES",
-    "decode_composite", "entry_label", "predictor_fields",
-    "GOODPUT_TARGETS", "MINIMIZED_TARGETS", "DisaggParallel", "OptimizationGoal", "OptimizationTarget",
-    "ParallelShape", "SearchSpace", "SLATarget", "SmartSearchConfig", "SweepConfig", "SweepPolicy",
-    "VizierAlgorithm", "Workload", "issues_from",
-    "PolicyEntry", "PolicyFilter", "filter_for_goal", "filter_scaling_policies", "planner_target", "scaling_flags",
-    "throughput_intervals", "with_policies",
-    "branch_knob_choices", "describe", "searched_knobs",
+    "decode_composite", "entry_label", "predictor_fields", "GOODPUT_TARGETS", "MINIMIZED_TARGETS",
+    "DisaggParallel", "OptimizationGoal", "OptimizationTarget", "ParallelShape", "SearchSpace", "SLATarget",
+    "SmartSearchConfig", "SweepConfig", "SweepPolicy", "VizierAlgorithm", "Workload", "issues_from",
+    "PolicyEntry", "PolicyFilter", "filter_for_goal", "filter_scaling_policies", "planner_target",
+    "scaling_flags", "throughput_intervals", "with_policies", "branch_knob_choices", "describe",
+    "searched_knobs"
 ]

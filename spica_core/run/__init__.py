@@ -1,23 +1,49 @@
-"""A run: its identity, its folder, and the catalog of the artifacts its stages write."""
-from spica_core.run.catalog import (
-    BRANCHES_SCHEMA,
-    CATALOG,
-    CONFIG_SCHEMA,
-    DEFAULT_RUNS_ROOT,
-    FINGERPRINT_KEY,
-    LOAD_PREDICTOR_SCHEMA,
-    RANKING_SCHEMA,
-    SHAPES_SCHEMA,
-    TRIALS_SCHEMA,
-    RunDir,
-    Stage,
-)
+"""A run: its identity, its folder, and the catalog of the artifacts its stages write.
+
+The names below are imported on first use (PEP 562), so importing one submodule (say
+``spica_core.run.catalog``) does not load the others and their dependencies.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Light, and imported eagerly so that the name ``fingerprint`` here is the function, not its submodule.
 from spica_core.run.fingerprint import canonical_json, file_fingerprint, fingerprint
-from spica_core.run.identity import RunIdentity, config_from_row, config_rows, engine_versions, identify
+
+_FROM: dict[str, str] = {
+    **dict.fromkeys((
+        "BRANCHES_SCHEMA", "CATALOG", "CONFIG_SCHEMA", "DEFAULT_RUNS_ROOT", "FINGERPRINT_KEY",
+        "LOAD_PREDICTOR_SCHEMA", "RANKING_SCHEMA", "SHAPES_SCHEMA", "TRIALS_SCHEMA", "RunDir", "Stage",
+    ), "catalog"),
+    **dict.fromkeys(("RunIdentity", "config_from_row", "config_rows", "engine_versions", "identify"), "identity"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """``spica_core.run.NAME``: imported from its submodule on first use, then kept here."""
+    module = _FROM.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_FROM})
+
+
+if TYPE_CHECKING:  # what type checkers and editors see
+    from spica_core.run.catalog import (
+        BRANCHES_SCHEMA, CATALOG, CONFIG_SCHEMA, DEFAULT_RUNS_ROOT, FINGERPRINT_KEY, LOAD_PREDICTOR_SCHEMA,
+        RANKING_SCHEMA, SHAPES_SCHEMA, TRIALS_SCHEMA, RunDir, Stage
+    )
+    from spica_core.run.identity import RunIdentity, config_from_row, config_rows, engine_versions, identify
 
 __all__ = [
-    "CATALOG", "Stage", "RunDir", "DEFAULT_RUNS_ROOT", "FINGERPRINT_KEY",
-    "CONFIG_SCHEMA", "BRANCHES_SCHEMA", "SHAPES_SCHEMA", "LOAD_PREDICTOR_SCHEMA", "TRIALS_SCHEMA", "RANKING_SCHEMA",
-    "canonical_json", "fingerprint", "file_fingerprint",
-    "RunIdentity", "identify", "engine_versions", "config_rows", "config_from_row",
+    "CATALOG", "Stage", "RunDir", "DEFAULT_RUNS_ROOT", "FINGERPRINT_KEY", "CONFIG_SCHEMA", "BRANCHES_SCHEMA",
+    "SHAPES_SCHEMA", "LOAD_PREDICTOR_SCHEMA", "TRIALS_SCHEMA", "RANKING_SCHEMA", "canonical_json",
+    "fingerprint", "file_fingerprint", "RunIdentity", "identify", "engine_versions", "config_rows",
+    "config_from_row"
 ]

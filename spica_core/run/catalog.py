@@ -15,13 +15,14 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal, Mapping, Sequence, get_args
+from typing import Any, Final, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spica_core.errors import RunDirError
 from spica_core.run.fingerprint import fingerprint
+from spica_core.run.stages import STAGE_NAMES, StageName
 
 log = logging.getLogger(__name__)
 
@@ -154,8 +155,7 @@ _STAGES: Final = (
 )
 
 CATALOG: Final[Mapping[str, Stage]] = {s.name: s for s in _STAGES}
-StageName = Literal["config", "branches", "shapes", "load_predictor", "trials", "ranking", "candidates"]
-assert get_args(StageName) == tuple(CATALOG), "StageName lists the catalog's stages in order"
+assert STAGE_NAMES == tuple(CATALOG), "stages.StageName lists the catalog's stages in order"
 
 
 def downstream(stage: str) -> tuple[str, ...]:
@@ -291,6 +291,6 @@ def _write_atomic(table: pa.Table, path: Path) -> Path:
 
 
 __all__ = [
-    "CATALOG", "Stage", "RunDir", "DEFAULT_RUNS_ROOT", "FINGERPRINT_KEY",
+    "CATALOG", "Stage", "StageName", "RunDir", "DEFAULT_RUNS_ROOT", "FINGERPRINT_KEY",
     "CONFIG_SCHEMA", "BRANCHES_SCHEMA", "SHAPES_SCHEMA", "LOAD_PREDICTOR_SCHEMA", "TRIALS_SCHEMA", "RANKING_SCHEMA",
 ]

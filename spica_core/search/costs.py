@@ -21,9 +21,10 @@ from spica_core.search.trials import Trial
 
 # Before the first model ask of a branch: a warm GP-UCB-PE fit plus a few picks on two cores.
 MODEL_ASK_PRIOR_S = 1.0
-# The optimizer may take this share of the workers' replay time for the candidates it proposes (it runs
-# while they replay, so at 1.0 it is hidden on a machine with a core to spare).
+# An ask may take this share of the replay time of the batch before it: at 1.0 it ends as the workers run
+# out of candidates, so they never wait for it.
 OPTIMIZER_SHARE = 1.0
+BATCH_ROUNDS = 4  # a batch holds at most this many rounds' worth of candidates (more asks would learn too little)
 MODEL_METHODS = frozenset({"gp"})
 
 
@@ -53,7 +54,8 @@ class Costs:
         return None if self.eval_s is None else self.eval_s / self.workers
 
     def batch_size(self, largest: int) -> int:
-        """A multiple of the workers, the smallest whose replays take ``ask_s / OPTIMIZER_SHARE``."""
+        """A multiple of the workers, the smallest whose replays take ``ask_s / OPTIMIZER_SHARE``: the next
+        ask is then done before the workers run out of candidates (at most ``largest``)."""
         largest = max(largest, self.workers)
         wall = self.wall_per_eval()
         if not wall:
@@ -75,4 +77,4 @@ class Costs:
         return untried * wall <= asking
 
 
-__all__ = ["Costs", "MODEL_ASK_PRIOR_S", "OPTIMIZER_SHARE"]
+__all__ = ["Costs", "BATCH_ROUNDS", "MODEL_ASK_PRIOR_S", "OPTIMIZER_SHARE"]

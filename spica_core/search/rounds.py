@@ -20,7 +20,7 @@ from spica_core.evaluate.candidate import Candidate
 from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status
 from spica_core.evaluate.pool import POLL_S, Evaluator
 from spica_core.run.fingerprint import fingerprint
-from spica_core.search.costs import Costs
+from spica_core.search.costs import BATCH_ROUNDS, Costs
 from spica_core.search.suggesters import (
     ATTEMPT_CAP_FACTOR, SCALAR_METRIC, Proposal, Suggester, ThoroughSuggester, VizierSuggester, thorough_size,
 )
@@ -302,7 +302,8 @@ class BranchSearch:
         costs = Costs.of(known, self.workers, model=self.suggester.fits_model)
         space = self.suggester.space
         seen = space.seen(known) | {p.index for p in pending if p.index is not None}
-        size = costs.batch_size(max(self.per_round, self.workers)) if self.suggester.stalls else self.workers
+        size = costs.batch_size(BATCH_ROUNDS * max(self.per_round, self.workers)) if self.suggester.stalls \
+            else self.workers
         rounds = self._quota(known, pending_rounds, size)
         if self.suggester.stalls and not self.enumerating and rounds:
             budget = self.rounds * self.per_round

@@ -1,19 +1,57 @@
-"""The deployment space: model and GPU facts, legal parallel configs, KV capacity, branches and projection."""
-from spica_core.space.branches import (
-    BackendSpace, Branch, BranchSet, Dropped, LegalSpace, enumerate_branches, estimate_shapes, kv_filter,
-    legal_space, pinned_configs,
-)
-from spica_core.space.enumeration import config_rejection, configs_from_shapes, sort_configs, worker_shapes
-from spica_core.space.facts import ModelFacts, SystemFacts, backend_version, model_facts, system_facts
-from spica_core.space.kv import ShapeKV, kv_tokens_per_rank, max_seq_len, shape_kv
-from spica_core.space.parallel import Mode, ParallelConfig, RoleConfig, Shape
-from spica_core.space.params import Param
-from spica_core.space.projection import ProjectionRecord, latent_params
+"""The deployment space: model and GPU facts, legal parallel configs, KV capacity, branches and projection.
+
+The names below are imported on first use (PEP 562), so importing one submodule (say
+``spica_core.space.branches``) does not load the others and their dependencies.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_FROM: dict[str, str] = {
+    **dict.fromkeys((
+        "BackendSpace", "Branch", "BranchSet", "Dropped", "LegalSpace", "enumerate_branches",
+        "estimate_shapes", "kv_filter", "legal_space", "pinned_configs",
+    ), "branches"),
+    **dict.fromkeys(("config_rejection", "configs_from_shapes", "sort_configs", "worker_shapes"), "enumeration"),
+    **dict.fromkeys(("ModelFacts", "SystemFacts", "backend_version", "model_facts", "system_facts"), "facts"),
+    **dict.fromkeys(("ShapeKV", "kv_tokens_per_rank", "max_seq_len", "shape_kv"), "kv"),
+    **dict.fromkeys(("Mode", "ParallelConfig", "RoleConfig", "Shape"), "parallel"),
+    **dict.fromkeys(("Param",), "params"),
+    **dict.fromkeys(("ProjectionRecord", "latent_params"), "projection"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """``spica_core.space.NAME``: imported from its submodule on first use, then kept here."""
+    module = _FROM.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_FROM})
+
+
+if TYPE_CHECKING:  # what type checkers and editors see
+    from spica_core.space.branches import (
+        BackendSpace, Branch, BranchSet, Dropped, LegalSpace, enumerate_branches, estimate_shapes,
+        kv_filter, legal_space, pinned_configs
+    )
+    from spica_core.space.enumeration import config_rejection, configs_from_shapes, sort_configs, worker_shapes
+    from spica_core.space.facts import ModelFacts, SystemFacts, backend_version, model_facts, system_facts
+    from spica_core.space.kv import ShapeKV, kv_tokens_per_rank, max_seq_len, shape_kv
+    from spica_core.space.parallel import Mode, ParallelConfig, RoleConfig, Shape
+    from spica_core.space.params import Param
+    from spica_core.space.projection import ProjectionRecord, latent_params
 
 __all__ = [
-    "BackendSpace", "Branch", "BranchSet", "Dropped", "LegalSpace", "Mode", "ModelFacts", "Param", "ParallelConfig",
-    "ProjectionRecord", "RoleConfig", "Shape", "ShapeKV", "SystemFacts", "backend_version", "config_rejection",
-    "configs_from_shapes", "enumerate_branches", "estimate_shapes", "kv_filter", "kv_tokens_per_rank",
-    "latent_params", "legal_space", "max_seq_len", "model_facts", "pinned_configs", "shape_kv",
-    "sort_configs", "system_facts", "worker_shapes",
+    "BackendSpace", "Branch", "BranchSet", "Dropped", "LegalSpace", "Mode", "ModelFacts", "Param",
+    "ParallelConfig", "ProjectionRecord", "RoleConfig", "Shape", "ShapeKV", "SystemFacts", "backend_version",
+    "config_rejection", "configs_from_shapes", "enumerate_branches", "estimate_shapes", "kv_filter",
+    "kv_tokens_per_rank", "latent_params", "legal_space", "max_seq_len", "model_facts", "pinned_configs",
+    "shape_kv", "sort_configs", "system_facts", "worker_shapes"
 ]
