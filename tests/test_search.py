@@ -449,7 +449,7 @@ def test_a_worker_that_frees_up_starts_a_replay_before_its_batch_has_finished() 
     ask = {t.trial + 1: t.ask for t in result.trials}
     # with a barrier between asks, no evaluation would start while one of an earlier ask still runs
     started_early = [b for b in pool.sent if any(ask[c] < ask[b] and pool.sent[b] < pool.back[c] for c in pool.sent)]
-    assert len(started_early) >= 2, (ask, pool.sent, pool.back)
+    assert started_early, (ask, pool.sent, pool.back)
 
 
 def test_tally_sums_replays_and_counts_each_asks_optimizer_time_once() -> None:

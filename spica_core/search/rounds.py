@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -158,6 +159,56 @@ class Batch:
 
 
 WAIT: Final = "wait"  # the next ask needs outcomes that are still being evaluated
+ASK_POLL_S: Final = 0.05  # while an ask runs: how often the loop looks whether it is done
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """What a model ask for batch ``number`` knows: fixed when it starts, so its thread reads nothing else."""
+
+    number: int
+    first: int
+    rounds: tuple[int, ...]
+    known: list[Trial]
+    pending: list[Proposal]
+    costs: Costs
+    exploit: bool
+
+    def start(self, suggester: Suggester) -> _Running:
+        running = _Running(self)
+        threading.Thread(target=running.run, args=(suggester,), name="spica-ask", daemon=True).start()
+        return running
+
+
+@dataclass
+class _Running:
+    """An ask on its thread (a daemon: a stopping sweep never waits for the optimizer)."""
+
+    ask: _Ask
+    done: threading.Event = field(default_factory=threading.Event)
+    proposals: list[Proposal] = field(default_factory=list)
+    error: BaseException | None = None
+    seconds: float = 0.0
+
+    def run(self, suggester: Suggester) -> None:
+        a = self.ask
+        started = time.perf_counter()
+        try:
+            self.proposals = suggester.suggest(len(a.rounds), a.known, a.pending, step=a.number, costs=a.costs,
+                                               exploit=a.exploit)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the search loop's thread
+            self.error = exc
+        finally:
+            self.seconds = time.perf_counter() - started
+            self.done.set()
+
+    def batch(self) -> Batch | None:
+        if self.error is not None:
+            raise self.error
+        a = self.ask
+        if not self.proposals:
+            return None
+        return Batch(a.number, a.first, tuple(self.proposals), a.rounds[:len(self.proposals)], self.seconds)
 
 
 class BranchSearch:
@@ -196,21 +247,26 @@ class BranchSearch:
         self.queue: list[tuple[int, Proposal, int, Batch]] = []       # picked, not started
         self.running: dict[int, tuple[int, Proposal, int, Batch]] = {}  # ticket → what it evaluates
         self.result: BranchResult | None = None
+        self.asking: _Running | None = None   # the ask on its thread
+        self.exhausted = False                # an ask found nothing left to propose
 
     # ------------------------------------------------------------ the loop
 
     def run(self) -> BranchResult:
         while True:
             self._dispatch()
-            if not self.queue and self.result is None:
+            if self.result is None:  # as soon as its inputs are in: the lag bounds how far ahead this asks
                 if self._plan():
                     continue
                 if not self.running:
-                    raise RuntimeError("the search waits for outcomes that nothing is evaluating")
+                    if self.asking is None:
+                        raise RuntimeError("the search waits for outcomes that nothing is evaluating")
+                    self.asking.done.wait(POLL_S)  # in slices: the main thread's signal handlers run meanwhile
+                    continue
             if self.result is not None and not self.queue and not self.running:
                 self.result.trials = [self.done[i] for i in sorted(self.done)]
                 return self.result
-            for ticket, outcome in self.evaluator.poll(POLL_S):
+            for ticket, outcome in self.evaluator.poll(ASK_POLL_S if self.asking is not None else POLL_S):
                 self._record(ticket, outcome)
             if self.on_wait is not None:
                 self.on_wait()
@@ -261,12 +317,25 @@ class BranchSearch:
     # ------------------------------------------------------------ asking
 
     def _plan(self) -> bool:
-        """Pick the next batch, or end the branch; False when that needs outcomes still being evaluated."""
-        b = len(self.batches)
-        first = self.batches[-1].indices.stop if self.batches else 0
-        batch = self._pick(b, first, lag=1)
-        if batch is None:
-            batch = self._pick(b, first, lag=0)
+        """Pick the next batch, or end the branch; False while that needs outcomes still being evaluated or
+        an ask still running (asks run on a thread, so the workers get their next candidates meanwhile)."""
+        if self.asking is not None:
+            if not self.asking.done.is_set():
+                return False
+            asked, self.asking = self.asking, None
+            batch: Batch | str | None = asked.batch()
+            self.exhausted = batch is None
+        elif self.exhausted:
+            batch = None
+        else:
+            b = len(self.batches)
+            first = self.batches[-1].indices.stop if self.batches else 0
+            batch = self._pick(b, first, lag=1)
+            if batch is None:
+                batch = self._pick(b, first, lag=0)
+            if isinstance(batch, _Ask):
+                self.asking = batch.start(self.suggester)
+                return False
         if batch == WAIT:
             return False
         if batch is None:
@@ -289,9 +358,9 @@ class BranchSearch:
             return None
         return [self.done[i] for i in indices]
 
-    def _pick(self, b: int, first: int, lag: int) -> Batch | str | None:
-        """Batch ``b`` knowing the outcomes of batches < b − lag, the ones after pending (None: nothing to
-        ask; WAIT: those outcomes are not all in)."""
+    def _pick(self, b: int, first: int, lag: int) -> Batch | _Ask | str | None:
+        """Batch ``b`` knowing the outcomes of batches < b − lag, the ones after pending: at once when no
+        model is asked, else the ask to run (None: nothing to ask; WAIT: those outcomes are not all in)."""
         # Picks that never depend on outcomes (thorough) count every earlier proposal as pending: no waiting.
         known = self._known(b - lag) if self.suggester.stalls else []
         if known is None:
@@ -318,16 +387,12 @@ class BranchSearch:
         if all(t is not None and t.ask == b for t in logged):  # a resumed branch: asked and recorded before
             proposals = [space.proposal(space.index_of(t), t.suggested_by) for t in logged]  # type: ignore[arg-type,union-attr]
             return Batch(b, first, tuple(proposals), tuple(rounds), logged[0].suggest_seconds or 0.0)  # type: ignore[union-attr]
-        started = time.perf_counter()
         if self.enumerating:
             proposals = [space.proposal(i) for i in itertools.islice(space.unseen(seen), len(rounds))]
-        else:
-            # GP-UCB-PE's rhythm, as in batches of candidates_per_round: one UCB pick per that many, PE between
-            exploit = any(i % self.per_round == 0 for i in range(first, first + len(rounds)))
-            proposals = self.suggester.suggest(len(rounds), known, pending, step=b, costs=costs, exploit=exploit)
-        if not proposals:
-            return None
-        return Batch(b, first, tuple(proposals), tuple(rounds[:len(proposals)]), time.perf_counter() - started)
+            return Batch(b, first, tuple(proposals), tuple(rounds[:len(proposals)])) if proposals else None
+        # GP-UCB-PE's rhythm, as in batches of candidates_per_round: one UCB pick per that many, PE between
+        exploit = any(i % self.per_round == 0 for i in range(first, first + len(rounds)))
+        return _Ask(b, first, tuple(rounds), known, pending, costs, exploit)
 
     def _quota(self, known: Sequence[Trial], pending_rounds: Sequence[int], size: int, extra: int = 0) -> list[int]:
         """The rounds of up to ``size`` new proposals: the earliest rounds short of their target first;
