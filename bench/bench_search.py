@@ -300,9 +300,9 @@ def bench_real(pool: EvalPool) -> dict[str, Any]:
     return {"configs": sum(len(b.pool) for b in branches), **split}
 
 
-def bench_rss(space: dict[str, Any], trace: Path, outcomes: dict[str, Outcome], suggestions: int) -> dict[str, Any]:
+def bench_rss(space: dict[str, Any], trace: Path, evaluator: Any, suggestions: int) -> dict[str, Any]:
     """RSS of this process over ``suggestions`` default-designer suggestions in the dense disagg branch (568
-    candidates; recorded outcomes, compile caches kept), sampled every ``PER_ROUND`` trials."""
+    candidates; recorded outcomes or live replays), sampled every ``PER_ROUND`` trials."""
     config = make_config(space, trace, max_rounds=suggestions // PER_ROUND)
     branches = [b for b in enumerate_branches(config).branches if b.mode == "disagg"]
     proc, rss = psutil.Process(), []
@@ -311,7 +311,7 @@ def bench_rss(space: dict[str, Any], trace: Path, outcomes: dict[str, Outcome], 
         if (trial.trial + 1) % PER_ROUND == 0:
             rss.append(proc.memory_info().rss / 2**20)
 
-    run = sweep(config, branches, trace, Recorded(outcomes), sample)
+    run = sweep(config, branches, trace, evaluator, sample)
     growth = rss[-1] / rss[1] - 1
     print(f"[rss] {len(run.trials)} suggestions ({run.methods}): {rss[1]:.0f} → {rss[-1]:.0f} MB ({growth:+.1%})",
           flush=True)
@@ -449,7 +449,13 @@ def write_docs(results: dict[str, Any]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="1 seed, budgets 16/32, no peer, no RSS")
+    ap.add_argument("--live", action="store_true",
+                    help="only what runs on live replays (the timed sweeps, small spaces, real trace, RSS, start-up), "
+                         "into bench/results/search_live.json")
     args = ap.parse_args()
+    if args.live:
+        live_only()
+        return
     started = time.perf_counter()
     seeds = [0] if args.quick else [0, 1, 2, 3, 4]
     budgets = [16, 32] if args.quick else [16, 32, 64]
@@ -477,7 +483,7 @@ def main() -> None:
         results["upstream"] = bench_upstream(make_trace("shared_prefix_400", 400), results["small"]["45"])
     if not args.quick:
         dense = results["spaces"]["dense"]
-        results["rss"] = bench_rss(SPACES["dense"], trace, recorded["dense"], 200)
+        results["rss"] = bench_rss(SPACES["dense"], trace, Recorded(recorded["dense"]), 200)
         live_best = max(dense["live_default"]["best"], 0.0)
         try:
             results["peer"] = bench_peer(trace, live_best, dense["thorough"]["optimum"])
@@ -492,6 +498,32 @@ def main() -> None:
         results.pop("peer")
     write_docs(results)
     print(f"wrote {RESULTS.relative_to(ROOT)} and {DOCS.relative_to(ROOT)} in {results['bench_wall_s'] / 60:.1f} min")
+
+
+def live_only() -> None:
+    """The timed part of the benchmark, in one run: every ratio below is measured within it."""
+    started = time.perf_counter()
+    TRACES.mkdir(parents=True, exist_ok=True)
+    trace = make_trace("shared_prefix_3000", 3000)
+    out: dict[str, Any] = {"date": date.today().isoformat(), "command": "python bench/bench_search.py --live"}
+    with EvalPool(WORKERS, max_eval_seconds=300) as pool:
+        for name, space in SPACES.items():
+            branches = enumerate_branches(make_config(space, trace)).branches
+            run = sweep(make_config(space, trace, max_rounds=rounds_for(64, len(branches))), branches, trace, pool)
+            out[f"live_{name}"] = wall_split(run)
+            print(f"[{name}] live DEFAULT @64: {out[f'live_{name}']}", flush=True)
+        out["small"] = {
+            "45": bench_small("small-45", SMALL_SPACE, make_trace("shared_prefix_400", 400), pool, 3, PER_ROUND),
+            "90": bench_small("small-90", MEDIUM_SPACE, make_trace("shared_prefix_4000", 4000), pool, 8, 4)}
+        out["real"] = bench_real(pool)
+        out["rss"] = bench_rss(SPACES["dense"], trace, pool, 200)
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_startup import measure_startup
+
+    out["startup"] = measure_startup(runs=3)
+    out["bench_wall_s"] = time.perf_counter() - started
+    (RESULTS.parent / "search_live.json").write_text(json.dumps(out, indent=2, default=str))
+    print(json.dumps({k: v for k, v in out.items() if k != "rss"}, default=str)[:3000])
 
 
 if __name__ == "__main__":
