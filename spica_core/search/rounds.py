@@ -387,8 +387,11 @@ class BranchSearch:
         if all(t is not None and t.ask == b for t in logged):  # a resumed branch: asked and recorded before
             proposals = [space.proposal(space.index_of(t), t.suggested_by) for t in logged]  # type: ignore[arg-type,union-attr]
             return Batch(b, first, tuple(proposals), tuple(rounds), logged[0].suggest_seconds or 0.0)  # type: ignore[union-attr]
-        if self.enumerating:
-            proposals = [space.proposal(i) for i in itertools.islice(space.unseen(seen), len(rounds))]
+        if self.enumerating:  # an earlier run's top candidates first, as an ask would have put them
+            warm = [i for i in self.suggester.warm if i not in seen]
+            order = itertools.chain(warm, (i for i in space.unseen(seen) if i not in set(warm)))
+            proposals = [space.proposal(i, "warm-start" if i in warm else "enumerated")
+                         for i in itertools.islice(order, len(rounds))]
             return Batch(b, first, tuple(proposals), tuple(rounds[:len(proposals)])) if proposals else None
         # GP-UCB-PE's rhythm, as in batches of candidates_per_round: one UCB pick per that many, PE between
         exploit = any(i % self.per_round == 0 for i in range(first, first + len(rounds)))

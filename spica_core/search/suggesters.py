@@ -37,6 +37,7 @@ class Suggester(Protocol):
     space: CandidateSpace
     stalls: bool      # rounds count unique successes, and a round short of its target ends the branch (§6.5)
     fits_model: bool  # its asks fit a model, so they cost what Costs measures
+    warm: list[int]   # candidates proposed before any other (an earlier run's top ones)
 
     def suggest(self, count: int, known: Sequence[Trial], pending: Sequence[Proposal], step: int,
                 costs: Costs, exploit: bool = True) -> list[Proposal]: ...
@@ -127,6 +128,7 @@ class ThoroughSuggester:
 
     def __init__(self, branch: Branch):
         self.space = CandidateSpace(branch)
+        self.warm: list[int] = []
 
     def suggest(self, count: int, known: Sequence[Trial], pending: Sequence[Proposal], step: int,
                 costs: Costs, exploit: bool = True) -> list[Proposal]:
