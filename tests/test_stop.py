@@ -14,11 +14,17 @@ from typing import Any
 import psutil
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from conftest import EXAMPLES, REPO
 from spica_cli.signals import Interrupted, interrupted
 
 QUICKSTART = EXAMPLES / "quickstart.yaml"
+# The quick start with replays 10 times longer and more rounds: its search alone now takes seconds, and a
+# stop must land while it runs.
+LONG = yaml.safe_load(QUICKSTART.read_text())
+LONG["workload"]["num_request_ratio"] = 40
+LONG["sweep"]["max_rounds"] = 3
 STOP_WITHIN_S = 10.0
 API_LOSS_WITHIN_S = 30.0
 REACH_TRIALS_S = 300.0   # start → first ask written, on a slow CI machine (server start, JIT, profiles)
@@ -57,7 +63,7 @@ def test_a_sweep_in_process_leaves_the_signal_handlers_as_it_found_them() -> Non
 
 
 class Sweep:
-    """``spica sweep QUICKSTART --run-dir RUN`` in its own session, with its children recorded while it runs."""
+    """``spica sweep LONG --run-dir RUN`` in its own session, with its children recorded while it runs."""
 
     def __init__(self, run_dir: Path, env: dict[str, str]):
         self.run_dir = run_dir
@@ -66,7 +72,9 @@ class Sweep:
         spica = Path(sys.executable).with_name("spica")
         cmd = [str(spica)] if spica.exists() else [sys.executable, "-m", "spica_cli.main"]
         with open(self.out, "w") as out, open(self.err, "w") as err:
-            self.proc = subprocess.Popen([*cmd, "sweep", str(QUICKSTART), "--run-dir", str(run_dir)], cwd=REPO,
+            config = run_dir.parent / f"{run_dir.name}-config.yaml"
+            config.write_text(yaml.safe_dump(LONG))
+            self.proc = subprocess.Popen([*cmd, "sweep", str(config), "--run-dir", str(run_dir)], cwd=REPO,
                                          env=env, stdout=out, stderr=err, start_new_session=True)
         self.children: dict[int, psutil.Process] = {}
         self.cmdlines: dict[int, str] = {}
@@ -227,11 +235,13 @@ def test_sigterm_mid_round_stops_at_once_and_the_same_command_resumes_to_the_sam
     # space-fills or enumerates, from the costs its trials recorded (spica_core/search/costs.py), and the quick
     # start's replays sit near those thresholds: two uninterrupted sweeps with one seed can pick differently
     # under load. So the picks must be the same up to the first ask that the two sweeps' own timings made them
-    # pick differently (recorded in suggested_by), and the sweep must end the same way when that never happens.
+    # pick differently (recorded in suggested_by, and in how many an ask held: ask), and the sweep must end the same way
+    # when that never happens.
     final, expected = (sorted(rows, key=lambda r: (r["mode"], r["trial"])) for rows in (final, expected))
     kept = sorted(kept, key=lambda r: (r["mode"], r["trial"]))
     same = 0
-    while same < min(len(final), len(expected)) and final[same]["suggested_by"] == expected[same]["suggested_by"]:
+    while same < min(len(final), len(expected)) and all(final[same][k] == expected[same][k]
+                                                         for k in ("suggested_by", "ask")):
         same += 1
     assert all(row in final for row in kept)
     assert [trial_key(r) for r in final[:same]] == [trial_key(r) for r in expected[:same]]

@@ -253,6 +253,13 @@ class BranchSearch:
     # ------------------------------------------------------------ the loop
 
     def run(self) -> BranchResult:
+        try:
+            return self._loop()
+        finally:
+            if self.asking is not None:  # left while an ask runs on its thread: a retry gets a study of its own
+                self.context.suggesters.pop(self.branch.mode, None)
+
+    def _loop(self) -> BranchResult:
         while True:
             self._dispatch()
             if self.result is None:  # as soon as its inputs are in: the lag bounds how far ahead this asks
