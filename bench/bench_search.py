@@ -51,7 +51,7 @@ import psutil  # noqa: E402
 from results_doc import DOCS, write_section  # noqa: E402
 
 from spica_core.config.model import SmartSearchConfig  # noqa: E402
-from spica_core.evaluate import EvalPool, EvalRequest, Outcome  # noqa: E402
+from spica_core.evaluate import EvalPool, EvalRequest, Outcome, SequentialEvaluator  # noqa: E402
 from spica_core.evaluate.traces import write_poisson_trace  # noqa: E402
 from spica_core.search import (  # noqa: E402
     EvalCache, SearchContext, Tally, Trial, search_branch, thorough_proposals,
@@ -133,37 +133,21 @@ class Recorder:
         return done
 
 
-class Recorded:
+class Recorded(SequentialEvaluator):
     """Answers each candidate with the outcome the thorough run recorded for it (see the docstring), as
     ``WORKERS`` workers would, so the asks have the live sweep's shape and costs (its eval_seconds)."""
 
     workers = WORKERS
 
     def __init__(self, outcomes: dict[str, Outcome]):
+        super().__init__()
         self.outcomes = outcomes
-        self._queued: list[tuple[int, EvalRequest]] = []
-        self._tickets = 0
 
-    def capacity(self) -> int:
-        return self.workers - len(self._queued)
-
-    def in_flight(self) -> int:
-        return len(self._queued)
-
-    def submit(self, request: EvalRequest) -> int:
-        self._tickets += 1
-        self._queued.append((self._tickets, request))
-        return self._tickets
-
-    def poll(self, timeout: float) -> list[tuple[int, Outcome]]:
-        done, self._queued = self._queued, []
-        out = []
-        for ticket, request in done:
-            outcome = self.outcomes.get(sample_key(request))
-            if outcome is None:
-                raise KeyError(f"candidate not in the thorough record: {sample_key(request)[:200]}")
-            out.append((ticket, outcome))
-        return out
+    def evaluate(self, request: EvalRequest) -> Outcome:
+        outcome = self.outcomes.get(sample_key(request))
+        if outcome is None:
+            raise KeyError(f"candidate not in the thorough record: {sample_key(request)[:200]}")
+        return outcome
 
 
 @dataclass

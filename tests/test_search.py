@@ -46,9 +46,9 @@ class CountingEvaluator(SequentialEvaluator):
         super().__init__()
         self.evaluated: list[EvalRequest] = []
 
-    def poll(self, timeout: float) -> list[tuple[int, Outcome]]:
-        self.evaluated.extend(request for _, request in self._queued)
-        return super().poll(timeout)
+    def evaluate(self, request: EvalRequest) -> Outcome:
+        self.evaluated.append(request)
+        return super().evaluate(request)
 
 
 def search(branch: Branch, context: SearchContext, evaluator: SequentialEvaluator | None = None,

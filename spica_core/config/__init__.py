@@ -5,8 +5,9 @@ The names below are imported on first use (PEP 562), so importing one submodule 
 """
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from spica_core.config.lazy import lazy_names
 
 _FROM: dict[str, str] = {
     **dict.fromkeys(("issues_from",), "issues"),
@@ -28,18 +29,7 @@ _FROM: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """``spica_core.config.NAME``: imported from its submodule on first use, then kept here."""
-    module = _FROM.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_FROM})
+__getattr__, __dir__ = lazy_names(__name__, _FROM)
 
 
 if TYPE_CHECKING:  # what type checkers and editors see

@@ -427,7 +427,7 @@ class SequentialEvaluator:
         return None
 
     def capacity(self) -> int:
-        return 1 - len(self._queued)
+        return self.workers - len(self._queued)
 
     def in_flight(self) -> int:
         return len(self._queued)
@@ -439,7 +439,10 @@ class SequentialEvaluator:
 
     def poll(self, timeout: float) -> list[tuple[int, Outcome]]:
         done, self._queued = self._queued, []
-        return [(ticket, evaluate_one(request)) for ticket, request in done]
+        return [(ticket, self.evaluate(request)) for ticket, request in done]
+
+    def evaluate(self, request: EvalRequest) -> Outcome:
+        return evaluate_one(request)
 
     def evaluate_batch(self, requests: Sequence[EvalRequest]) -> list[Outcome]:
         return evaluate_all(self, requests)

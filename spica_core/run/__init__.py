@@ -5,8 +5,9 @@ The names below are imported on first use (PEP 562), so importing one submodule 
 """
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from spica_core.config.lazy import lazy_names
 
 # Light, and imported eagerly so that the name ``fingerprint`` here is the function, not its submodule.
 from spica_core.run.fingerprint import canonical_json, file_fingerprint, fingerprint
@@ -20,18 +21,7 @@ _FROM: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """``spica_core.run.NAME``: imported from its submodule on first use, then kept here."""
-    module = _FROM.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_FROM})
+__getattr__, __dir__ = lazy_names(__name__, _FROM)
 
 
 if TYPE_CHECKING:  # what type checkers and editors see
