@@ -6,8 +6,10 @@
    ``additionalProperties`` and is not ``x-kubernetes-preserve-unknown-fields`` gets
    ``additionalProperties: false`` (root ``metadata`` excepted), so typos and v1alpha1 keys fail
    instead of being pruned by the apiserver;
-2. the list-map keys and list sets the schema declares but JSON Schema cannot enforce;
-3. the create-time CEL rules of the CRD and the operator's webhook rules, re-implemented;
+2. the list-map keys and list sets the schema declares but JSON Schema cannot enforce (a set-typed list
+   rejects a repeated value, with ``uniqueItems`` equality);
+3. every create-time CEL rule of the CRD (listed in ``CEL_RULES``) and the operator's webhook rules,
+   re-implemented;
 4. cheap semantic checks: GPU limits as strings, per-pod GPUs × nodes = the instance's parallel size,
    the GPU total (``used_gpus``), equal prefill/decode KV block sizes, a KV router with an event
    publisher, and the planner ``--config`` against PlannerConfig's own rules.
@@ -24,7 +26,7 @@ import re
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -65,6 +67,72 @@ PLANNER_CONFIG_KEYS = frozenset({
 })
 
 _KV_EVENT_FLAGS = ("--kv-events-config", "--publish-events-and-metrics", "--publish-kv-events")
+
+# Schema defaults the CEL rules below see: the apiserver applies defaults before it evaluates CEL.
+GMS_DEFAULT_MODE = "IntraPod"                  # components[].experimental.gpuMemoryService.mode
+KV_TRANSFER_DEFAULT_ENFORCEMENT = "required"   # spec.experimental.kvTransferPolicy.enforcement
+MAX_LABEL_PREFIX = 253
+
+
+class CelRule(NamedTuple):
+    """One ``x-kubernetes-validations`` entry of the v1beta1 schema, as the CRD writes it."""
+
+    path: str      # dotted fields from the root; ``[]`` is each list item
+    rule: str      # the CEL expression, verbatim
+    message: str   # the CRD's message
+
+
+# Every create-time CEL rule of the v1beta1 schema that ``check_manifest`` re-implements (in ``_cel_problems``
+# and the functions it calls). A test walks the CRD and fails on any create-time rule missing here, so a new
+# CRD rule cannot go unchecked. Update-only rules (``oldSelf`` without ``optionalOldSelf``) are left out: an
+# emitted manifest is always created, never updated. docs/emit.md, "CRD rules checked", maps each to its check.
+CEL_RULES: tuple[CelRule, ...] = (
+    CelRule("spec", "oldSelf.hasValue() || !has(self.restart)",
+            "spec.restart must be unset on create; set spec.restart.id after creation to request a restart"),
+    CelRule("spec.components", "self.filter(c, has(c.type) && c.type == 'epp').size() <= 1",
+            "at most one component may have type epp"),
+    CelRule("spec.components", "self.all(c1, !has(c1.name) || self.filter(c2, has(c2.name) && "
+            "c2.name.lowerAscii() == c1.name.lowerAscii()).size() == 1)",
+            "component names must be unique case-insensitively"),
+    CelRule("spec.components[]", "!has(self.eppConfig) || (has(self.type) && self.type == 'epp')",
+            "eppConfig may only be set when type is epp"),
+    CelRule("spec.components[]", "!has(self.minAvailable) || (has(self.replicas) && self.replicas == 0) || "
+            "self.minAvailable <= (has(self.replicas) ? self.replicas : 1)",
+            "minAvailable must be less than or equal to replicas unless replicas is 0"),
+    CelRule("spec.components[].eppConfig", "has(self.configMapRef) != has(self.config)",
+            "exactly one of configMapRef or config must be specified"),
+    CelRule("spec.components[].experimental.checkpoint",
+            "!has(self.job) || !has(self.checkpointRef) || size(self.checkpointRef) == 0",
+            "checkpoint.job cannot be set when checkpointRef is specified"),
+    CelRule("spec.components[].experimental.gpuMemoryService",
+            "!has(self.extraClientContainers) || size(self.extraClientContainers) == 0 || self.mode == 'IntraPod'",
+            "extraClientContainers is only supported with mode=IntraPod"),
+    CelRule("spec.components[].experimental.gpuMemoryService",
+            "!has(self.extraClientPods) || size(self.extraClientPods) == 0 || self.mode == 'InterPod'",
+            "extraClientPods is only supported with mode=InterPod"),
+    CelRule("spec.components[].experimental.gpuMemoryService",
+            "!has(self.extraClientPods) || size(self.extraClientPods) == 0",
+            "extraClientPods is reserved for inter-pod GMS and is not implemented yet"),
+    CelRule("spec.components[].podTemplate.metadata.annotations",
+            '!("nvidia.com/vllm-distributed-executor-backend" in self) || '
+            'self["nvidia.com/vllm-distributed-executor-backend"].lowerAscii() in ["mp", "ray"]',
+            "podTemplate backend annotation must be mp or ray, case-insensitively"),
+    CelRule("spec.components[].podTemplate.spec.containers[]", 'self.name == "main" || (has(self.image) && '
+            'self.image != "")', "sidecar containers must specify a non-empty image"),
+    CelRule("spec.components[].podTemplate.spec.initContainers[]", 'has(self.image) && self.image != ""',
+            "init containers must specify a non-empty image"),
+    CelRule("spec.experimental.kvTransferPolicy", "(has(self.labelKey) && !has(self.clusterTopologyName)) || "
+            "(!has(self.labelKey) && has(self.clusterTopologyName))",
+            "exactly one of labelKey or clusterTopologyName is required"),
+    CelRule("spec.experimental.kvTransferPolicy",
+            "!has(self.enforcement) || self.enforcement != 'preferred' || has(self.preferredWeight)",
+            "preferredWeight is required when enforcement is preferred"),
+    CelRule("spec.experimental.kvTransferPolicy",
+            "!has(self.preferredWeight) || (has(self.enforcement) && self.enforcement == 'preferred')",
+            "preferredWeight may only be set when enforcement is preferred"),
+    CelRule("spec.experimental.kvTransferPolicy.labelKey", "!self.contains('/') || self.split('/')[0].size() <= 253",
+            "labelKey prefix must be 253 characters or less"),
+)
 
 
 # ---------------------------------------------------------------- the CRD and its strict schema
@@ -222,14 +290,31 @@ def _walk_lists(schema: Mapping[str, Any], value: Any, parts: list[Any], doc: Ma
                 else:
                     seen[key] = i
         elif kind == "set":
-            seen_set: set[str] = set()
+            first: dict[str, int] = {}
             for i, item in enumerate(value):
-                canon = json.dumps(item, sort_keys=True, default=str)
-                if canon in seen_set:
-                    out.append(f"{_path(doc, [*parts, i])}: duplicate value {item!r} in a set-typed list")
-                seen_set.add(canon)
+                canon = _set_member(item)
+                if canon in first:
+                    out.append(f"{_path(doc, [*parts, i])}: duplicate value {item!r}; this list is a set, each value "
+                               f"may appear once (entry {first[canon]} has the same value)")
+                else:
+                    first[canon] = i
         for i, item in enumerate(value):
             _walk_lists(items, item, [*parts, i], doc, out)
+
+
+def _set_member(value: Any) -> str:
+    """A set member's identity with ``uniqueItems`` equality: 1 and 1.0 are the same value, true and 1 are not."""
+
+    def canonical(node: Any) -> Any:
+        if isinstance(node, float) and node.is_integer():
+            return int(node)
+        if isinstance(node, list):
+            return [canonical(v) for v in node]
+        if isinstance(node, Mapping):
+            return {str(k): canonical(v) for k, v in node.items()}
+        return node
+
+    return json.dumps(canonical(value), sort_keys=True, default=str)
 
 
 # ---------------------------------------------------------------- metadata (not in the schema)
@@ -272,9 +357,11 @@ def _string_map_problems(values: Any, where: str) -> list[str]:
 
 
 def _cel_problems(spec: Mapping[str, Any], comps: list[tuple[int, Mapping[str, Any]]]) -> list[str]:
+    """The create-time CEL rules of ``CEL_RULES``: jsonschema ignores ``x-kubernetes-validations``."""
     out = []
     if "restart" in spec:
         out.append("spec.restart: must be unset on create; set spec.restart.id after creation to request a restart")
+    out += _kv_transfer_policy_problems(_get(spec, "experimental", "kvTransferPolicy"))
     by_lower: dict[str, list[str]] = {}
     for _, comp in comps:
         name = comp.get("name")
@@ -292,6 +379,9 @@ def _cel_problems(spec: Mapping[str, Any], comps: list[tuple[int, Mapping[str, A
         where = _comp(comp, i)
         if "eppConfig" in comp and comp.get("type") != "epp":
             out.append(f"{where}.eppConfig: may only be set when type is epp")
+        out += _epp_config_problems(where, comp.get("eppConfig"))
+        out += _checkpoint_problems(where, _get(comp, "experimental", "checkpoint"))
+        out += _gpu_memory_service_problems(where, _get(comp, "experimental", "gpuMemoryService"))
         min_available, replicas = comp.get("minAvailable"), comp.get("replicas", 1)
         if isinstance(min_available, int) and isinstance(replicas, int) and replicas != 0 and min_available > replicas:
             out.append(f"{where}.minAvailable: {min_available} must be <= replicas ({replicas}) unless replicas is 0")
@@ -311,6 +401,72 @@ def _cel_problems(spec: Mapping[str, Any], comps: list[tuple[int, Mapping[str, A
                 if not ctr.get("image"):
                     out.append(f"{where}.podTemplate.spec.initContainers[{j}]: init containers must specify a "
                                "non-empty image")
+    return out
+
+
+def _epp_config_problems(where: str, epp_config: Any) -> list[str]:
+    """The EPP reads its config from exactly one place: a ConfigMap or the inline ``config``."""
+    if not isinstance(epp_config, Mapping):
+        return []
+    has_ref, has_inline = _has(epp_config, "configMapRef"), _has(epp_config, "config")
+    if has_ref == has_inline:
+        return [f"{where}.eppConfig: exactly one of configMapRef or config must be set "
+                f"(got {'both' if has_ref else 'neither'})"]
+    return []
+
+
+def _checkpoint_problems(where: str, checkpoint: Any) -> list[str]:
+    """``job`` creates a checkpoint and ``checkpointRef`` reuses an existing one: the CRD forbids both at once."""
+    if not isinstance(checkpoint, Mapping) or not _has(checkpoint, "job"):
+        return []
+    ref = checkpoint.get("checkpointRef")
+    if _size(ref):
+        return [f"{where}.experimental.checkpoint.job: cannot be set when checkpointRef is specified "
+                f"(checkpointRef {ref!r}); drop job to restore that checkpoint, or checkpointRef to create one"]
+    return []
+
+
+def _gpu_memory_service_problems(where: str, gms: Any) -> list[str]:
+    """GPU memory service clients: extra containers need IntraPod; extra pods (InterPod) are not implemented."""
+    if not isinstance(gms, Mapping):
+        return []
+    where = f"{where}.experimental.gpuMemoryService"
+    mode = gms["mode"] if _has(gms, "mode") else GMS_DEFAULT_MODE
+    out = []
+    if _size(gms.get("extraClientContainers")) and mode != "IntraPod":
+        out.append(f"{where}.extraClientContainers: only supported with mode IntraPod (got mode {mode!r})")
+    pods = _size(gms.get("extraClientPods"))
+    if pods and mode != "InterPod":
+        out.append(f"{where}.extraClientPods: only supported with mode InterPod (got mode {mode!r})")
+    if pods:
+        out.append(f"{where}.extraClientPods: reserved for inter-pod GMS, which is not implemented yet; leave it "
+                   f"empty (got {pods} pod(s))")
+    return out
+
+
+def _kv_transfer_policy_problems(policy: Any) -> list[str]:
+    """KV transfer placement: one topology source, and a weight exactly when the enforcement is preferred."""
+    if not isinstance(policy, Mapping):
+        return []
+    where = "spec.experimental.kvTransferPolicy"
+    out = []
+    has_label, has_topology = _has(policy, "labelKey"), _has(policy, "clusterTopologyName")
+    if has_label == has_topology:
+        out.append(f"{where}: exactly one of labelKey or clusterTopologyName is required "
+                   f"(got {'both' if has_label else 'neither'})")
+    enforcement = policy["enforcement"] if _has(policy, "enforcement") else KV_TRANSFER_DEFAULT_ENFORCEMENT
+    has_weight = _has(policy, "preferredWeight")
+    if enforcement == "preferred" and not has_weight:
+        out.append(f"{where}.preferredWeight: required when enforcement is preferred (a number in 0..1)")
+    if has_weight and enforcement != "preferred":
+        out.append(f"{where}.preferredWeight: may only be set when enforcement is preferred "
+                   f"(got enforcement {enforcement!r})")
+    label_key = policy.get("labelKey")
+    if isinstance(label_key, str) and "/" in label_key:
+        prefix = label_key.split("/")[0]
+        if len(prefix) > MAX_LABEL_PREFIX:
+            out.append(f"{where}.labelKey: the prefix before '/' must be at most {MAX_LABEL_PREFIX} characters "
+                       f"(got {len(prefix)})")
     return out
 
 
@@ -633,6 +789,16 @@ def _get(value: Any, *keys: str) -> Any:
     return value
 
 
+def _has(node: Mapping[str, Any], key: str) -> bool:
+    """CEL ``has(self.key)``. A null counts as absent: the apiserver prunes nulls before validating."""
+    return node.get(key) is not None
+
+
+def _size(value: Any) -> int:
+    """CEL ``size()`` of a string, list or map; 0 for anything else (the schema reports a wrong type)."""
+    return len(value) if isinstance(value, (str, list, Mapping)) else 0
+
+
 def _dicts(values: Any) -> list[Mapping[str, Any]]:
     return [v for v in values if isinstance(v, Mapping)] if isinstance(values, list) else []
 
@@ -673,4 +839,5 @@ def _unique(problems: list[str]) -> list[str]:
 
 
 __all__ = ["check_manifest", "crd", "version_schema", "strict_schema", "image_tag", "backend_of", "instance_gpus",
-           "block_size", "PLANNER_CONFIG_KEYS", "SEMVER_TAG", "DNS_LABEL", "API_VERSION", "KIND", "GPU_RESOURCE"]
+           "block_size", "CelRule", "CEL_RULES", "PLANNER_CONFIG_KEYS", "SEMVER_TAG", "DNS_LABEL", "API_VERSION",
+           "KIND", "GPU_RESOURCE"]

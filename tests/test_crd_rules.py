@@ -1,0 +1,383 @@
+"""The CRD's create-time CEL rules and set-typed lists, checked offline by ``check_manifest`` (issue 22).
+
+Each rule gets one manifest: a valid generated manifest mutated to break that rule (and, where the rule
+allows it, nothing else). A walk over the shipped CRD makes sure every create-time rule is in ``CEL_RULES``.
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from spica_core.config.model import SmartSearchConfig
+from spica_core.emit import crd
+from spica_core.emit.crd import CEL_RULES, check_manifest
+from spica_core.emit.manifests import manifest
+from spica_core.evaluate.candidate import Candidate
+from spica_core.space.parallel import ParallelConfig
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "emit.md"
+Doc = dict[str, Any]
+
+
+def _generated() -> tuple[Doc, int]:
+    """A manifest as ``spica emit`` writes it: agg vLLM, TP2 × 4 replicas, KV router, no planner."""
+    space = {"model_name": "Qwen/Qwen3-32B", "hardware_sku": "h200_sxm", "gpu_budget": 8, "context_length": 32768,
+             "deployment_mode": ["agg"], "backend": ["vllm"]}
+    config = SmartSearchConfig.from_dict({"search_space": space, "workload": {"trace_path": "t.jsonl"}})
+    selection = {"deployment_mode": "agg", "backend": "vllm", "agg_max_num_seqs": 512,
+                 "agg_max_num_batched_tokens": 16384, "router_mode": "kv_router", "overlap_score_credit": 0.5,
+                 "prefill_load_scale": 4.0, "router_temperature": 0.2, "planner_scaling_policy": "disabled"}
+    parallel = ParallelConfig.from_dict("agg", {"tp": 2, "replicas": 4})
+    candidate = Candidate.unroll(config.search_space, selection, parallel)
+    return manifest(candidate, rank=1), candidate.parallel.used_gpus
+
+
+GENERATED, USED_GPUS = _generated()
+
+
+def _base() -> Doc:
+    return copy.deepcopy(GENERATED)
+
+
+def _component(doc: Doc, name: str) -> Doc:
+    [comp] = [c for c in doc["spec"]["components"] if c["name"] == name]
+    return comp
+
+
+def _worker(doc: Doc) -> Doc:
+    return _component(doc, "worker")
+
+
+def _add_epp(doc: Doc, name: str = "Epp", epp_config: Any = None) -> Doc:
+    """An EPP component with its own main container (copied from the frontend) and a ConfigMap config."""
+    frontend = _component(doc, "Frontend")
+    comp = {"name": name, "type": "epp", "replicas": 1,
+            "podTemplate": {"spec": {"containers": [copy.deepcopy(frontend["podTemplate"]["spec"]["containers"][0])]}},
+            "eppConfig": {"configMapRef": {"name": "epp", "key": "config.yaml"}} if epp_config is None else epp_config}
+    doc["spec"]["components"].append(comp)
+    return comp
+
+
+def _experimental(doc: Doc, **fields: Any) -> None:
+    _worker(doc)["experimental"] = fields
+
+
+def _kv_policy(doc: Doc, **fields: Any) -> None:
+    doc["spec"]["experimental"] = {"kvTransferPolicy": {"domain": "rack", **fields}}
+
+
+# ---------------------------------------------------------------- one violation per rule
+
+
+def _restart(doc: Doc) -> None:
+    doc["spec"]["restart"] = {"id": "now"}
+
+
+def _two_epps(doc: Doc) -> None:
+    _add_epp(doc, "EppA")
+    _add_epp(doc, "EppB")
+
+
+def _names_differ_in_case(doc: Doc) -> None:
+    _component(doc, "Frontend")["name"] = "WORKER"
+
+
+def _epp_config_off_epp(doc: Doc) -> None:
+    _worker(doc)["eppConfig"] = {"configMapRef": {"key": "config.yaml"}}
+
+
+def _min_available_over_replicas(doc: Doc) -> None:
+    _worker(doc)["minAvailable"] = 5   # replicas is 4
+
+
+def _epp_config_without_source(doc: Doc) -> None:
+    _add_epp(doc, epp_config={})
+
+
+def _checkpoint_job_and_ref(doc: Doc) -> None:
+    _experimental(doc, checkpoint={"enabled": True, "checkpointRef": "qwen-ckpt", "job": {}})
+
+
+def _gms_containers_inter_pod(doc: Doc) -> None:
+    _experimental(doc, gpuMemoryService={"mode": "InterPod", "extraClientContainers": ["helper"]})
+
+
+def _gms_pods_intra_pod(doc: Doc) -> None:
+    # mode is left to its default, IntraPod; extra pods also break the "not implemented" rule (it is implied)
+    _experimental(doc, gpuMemoryService={"extraClientPods": [{"name": "client", "podTemplate": {}}]})
+
+
+def _gms_pods_inter_pod(doc: Doc) -> None:
+    pods = [{"name": "client", "podTemplate": {}}]
+    _experimental(doc, gpuMemoryService={"mode": "InterPod", "extraClientPods": pods})
+
+
+def _executor_annotation(doc: Doc) -> None:
+    _worker(doc)["podTemplate"]["metadata"] = {"annotations": {crd.EXECUTOR_ANNOTATION: "slurm"}}
+
+
+def _sidecar_without_image(doc: Doc) -> None:
+    _worker(doc)["podTemplate"]["spec"]["containers"].append({"name": "sidecar"})
+
+
+def _init_container_without_image(doc: Doc) -> None:
+    _worker(doc)["podTemplate"]["spec"]["initContainers"] = [{"name": "warmup"}]
+
+
+def _kv_policy_without_topology(doc: Doc) -> None:
+    _kv_policy(doc)
+
+
+def _kv_policy_preferred_without_weight(doc: Doc) -> None:
+    _kv_policy(doc, labelKey="topology.kubernetes.io/zone", enforcement="preferred")
+
+
+def _kv_policy_weight_without_preferred(doc: Doc) -> None:
+    _kv_policy(doc, labelKey="topology.kubernetes.io/zone", preferredWeight=0.5)   # enforcement defaults to required
+
+
+def _kv_policy_long_label_prefix(doc: Doc) -> None:
+    prefix = ".".join(["a" * 63] * 4)   # 255 characters: passes the schema's pattern and maxLength, not the CEL rule
+    _kv_policy(doc, labelKey=f"{prefix}/zone")
+
+
+# rule message -> (mutation, the problems it must give: (field path, words of the message) each)
+VIOLATIONS: dict[str, tuple[Callable[[Doc], None], list[tuple[str, str]]]] = {
+    "spec.restart must be unset on create; set spec.restart.id after creation to request a restart":
+        (_restart, [("spec.restart", "must be unset on create")]),
+    "at most one component may have type epp":
+        (_two_epps, [("spec.components", "at most one component may have type epp")]),
+    "component names must be unique case-insensitively":
+        (_names_differ_in_case, [("spec.components", "component names must be unique case-insensitively")]),
+    "eppConfig may only be set when type is epp":
+        (_epp_config_off_epp, [("spec.components[worker].eppConfig", "may only be set when type is epp")]),
+    "minAvailable must be less than or equal to replicas unless replicas is 0":
+        (_min_available_over_replicas, [("spec.components[worker].minAvailable", "must be <= replicas (4)")]),
+    "exactly one of configMapRef or config must be specified":
+        (_epp_config_without_source,
+         [("spec.components[Epp].eppConfig", "exactly one of configMapRef or config must be set (got neither)")]),
+    "checkpoint.job cannot be set when checkpointRef is specified":
+        (_checkpoint_job_and_ref,
+         [("spec.components[worker].experimental.checkpoint.job", "cannot be set when checkpointRef is specified")]),
+    "extraClientContainers is only supported with mode=IntraPod":
+        (_gms_containers_inter_pod, [("spec.components[worker].experimental.gpuMemoryService.extraClientContainers",
+                                      "only supported with mode IntraPod (got mode 'InterPod')")]),
+    "extraClientPods is only supported with mode=InterPod":
+        (_gms_pods_intra_pod, [("spec.components[worker].experimental.gpuMemoryService.extraClientPods",
+                                "only supported with mode InterPod (got mode 'IntraPod')"),
+                               ("spec.components[worker].experimental.gpuMemoryService.extraClientPods",
+                                "not implemented yet")]),
+    "extraClientPods is reserved for inter-pod GMS and is not implemented yet":
+        (_gms_pods_inter_pod, [("spec.components[worker].experimental.gpuMemoryService.extraClientPods",
+                                "reserved for inter-pod GMS, which is not implemented yet")]),
+    "podTemplate backend annotation must be mp or ray, case-insensitively":
+        (_executor_annotation, [(f"spec.components[worker].podTemplate.metadata.annotations"
+                                 f"[{crd.EXECUTOR_ANNOTATION!r}]", "must be mp or ray (got 'slurm')")]),
+    "sidecar containers must specify a non-empty image":
+        (_sidecar_without_image,
+         [("spec.components[worker].podTemplate.spec.containers[1]",
+           "sidecar containers must specify a non-empty image")]),
+    "init containers must specify a non-empty image":
+        (_init_container_without_image, [("spec.components[worker].podTemplate.spec.initContainers[0]",
+                                          "init containers must specify a non-empty image")]),
+    "exactly one of labelKey or clusterTopologyName is required":
+        (_kv_policy_without_topology, [("spec.experimental.kvTransferPolicy",
+                                        "exactly one of labelKey or clusterTopologyName is required (got neither)")]),
+    "preferredWeight is required when enforcement is preferred":
+        (_kv_policy_preferred_without_weight,
+         [("spec.experimental.kvTransferPolicy.preferredWeight", "required when enforcement is preferred")]),
+    "preferredWeight may only be set when enforcement is preferred":
+        (_kv_policy_weight_without_preferred, [("spec.experimental.kvTransferPolicy.preferredWeight",
+                                                "may only be set when enforcement is preferred (got enforcement "
+                                                "'required')")]),
+    "labelKey prefix must be 253 characters or less":
+        (_kv_policy_long_label_prefix, [("spec.experimental.kvTransferPolicy.labelKey",
+                                         "must be at most 253 characters (got 255)")]),
+}
+
+
+def test_the_generated_manifest_has_no_problems() -> None:
+    assert check_manifest(_base(), used_gpus=USED_GPUS) == []
+
+
+@pytest.mark.parametrize("message", list(VIOLATIONS), ids=lambda m: m[:48])
+def test_each_create_time_rule_rejects_its_violation(message: str) -> None:
+    mutate, expected = VIOLATIONS[message]
+    doc = _base()
+    mutate(doc)
+    problems = check_manifest(doc, used_gpus=USED_GPUS)
+    assert [p.split(": ", 1)[0] for p in problems] == [field for field, _ in expected], problems
+    for problem, (_, words) in zip(problems, expected):
+        assert words in problem
+
+
+def test_every_rule_in_the_table_has_a_violation_test() -> None:
+    assert sorted(VIOLATIONS) == sorted(r.message for r in CEL_RULES)
+
+
+# ---------------------------------------------------------------- the valid side of the new rules
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda d: _add_epp(d),                                                         # configMapRef only
+    lambda d: _add_epp(d, epp_config={"config": {"plugins": [], "schedulingProfiles": []}}),   # inline config only
+    lambda d: _experimental(d, checkpoint={"enabled": True, "job": {}}),
+    lambda d: _experimental(d, checkpoint={"enabled": True, "checkpointRef": "", "job": {}}),
+    lambda d: _experimental(d, checkpoint={"enabled": True, "checkpointRef": "qwen-ckpt"}),
+    lambda d: _experimental(d, gpuMemoryService={"extraClientContainers": ["helper"]}),       # default mode IntraPod
+    lambda d: _experimental(d, gpuMemoryService={"mode": "InterPod", "extraClientPods": []}),
+    lambda d: _kv_policy(d, clusterTopologyName="gb200"),
+    lambda d: _kv_policy(d, labelKey="topology.kubernetes.io/zone", enforcement="preferred", preferredWeight=0.5),
+    lambda d: _kv_policy(d, labelKey=".".join(["a" * 63] * 3) + "." + "a" * 61 + "/zone"),   # a 253-character prefix
+], ids=["epp-configmap", "epp-inline", "checkpoint-job", "checkpoint-empty-ref", "checkpoint-ref", "gms-intra-pod",
+        "gms-no-pods", "kv-topology", "kv-preferred", "kv-prefix-253"])
+def test_what_the_new_rules_allow_passes(mutate: Callable[[Doc], Any]) -> None:
+    doc = _base()
+    mutate(doc)
+    assert check_manifest(doc, used_gpus=USED_GPUS) == []
+
+
+def test_the_rules_see_the_schema_defaults() -> None:
+    """The apiserver defaults before it runs CEL: the constants must be the CRD's defaults."""
+    comp = crd.version_schema()["properties"]["spec"]["properties"]["components"]["items"]
+    gms = comp["properties"]["experimental"]["properties"]["gpuMemoryService"]
+    assert gms["properties"]["mode"]["default"] == crd.GMS_DEFAULT_MODE
+    policy = crd.version_schema()["properties"]["spec"]["properties"]["experimental"]["properties"]["kvTransferPolicy"]
+    assert policy["properties"]["enforcement"]["default"] == crd.KV_TRANSFER_DEFAULT_ENFORCEMENT
+
+
+# ---------------------------------------------------------------- coverage against the CRD file
+
+
+def _validations(node: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every (path, x-kubernetes-validations entry) under a schema node; ``[]`` marks list items."""
+    if not isinstance(node, dict):
+        return
+    for entry in node.get("x-kubernetes-validations") or ():
+        yield path, entry
+    for name, child in (node.get("properties") or {}).items():
+        yield from _validations(child, f"{path}.{name}" if path else name)
+    if isinstance(node.get("items"), dict):
+        yield from _validations(node["items"], f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        yield from _validations(node["additionalProperties"], f"{path}{{}}")
+    for key in ("allOf", "anyOf", "oneOf"):
+        for child in node.get(key) or ():
+            yield from _validations(child, path)
+
+
+def _is_create_time(entry: dict[str, Any]) -> bool:
+    """Transition rules (``oldSelf``) run only on update, unless ``optionalOldSelf`` lets them run on create."""
+    return "oldSelf" not in entry["rule"] or bool(entry.get("optionalOldSelf"))
+
+
+def _crd_rules() -> list[tuple[str, dict[str, Any]]]:
+    with open(crd.CRD_PATH, encoding="utf-8") as f:
+        document = yaml.safe_load(f)
+    [v1beta1] = [v for v in document["spec"]["versions"] if v["name"] == "v1beta1"]
+    return list(_validations(v1beta1["schema"]["openAPIV3Schema"], ""))
+
+
+def test_every_create_time_rule_of_the_crd_is_implemented() -> None:
+    rules = _crd_rules()
+    create_time = {(path, e["rule"], e.get("message", "")) for path, e in rules if _is_create_time(e)}
+    assert create_time, "the walk found no CEL rules: the CRD layout changed"
+    implemented = {(r.path, r.rule, r.message) for r in CEL_RULES}
+    assert create_time - implemented == set(), "CRD rules with no check in crd.py (add them to CEL_RULES)"
+    assert implemented - create_time == set(), "CEL_RULES lists rules the CRD no longer has"
+    assert len(CEL_RULES) == len(implemented)
+    # the update-only rules skipped on purpose: today only minAvailable's immutability
+    assert [e["message"] for _, e in rules if not _is_create_time(e)] == ["minAvailable is immutable after creation"]
+
+
+def test_the_docs_table_lists_every_rule() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    section = text.split("## CRD rules checked", 1)[1].split("\n## ", 1)[0]
+    for rule in CEL_RULES:
+        assert rule.message in section, rule.message
+
+
+# ---------------------------------------------------------------- set-typed lists (uniqueItems)
+
+
+def _set_lists(node: Any, path: str) -> Iterator[str]:
+    if not isinstance(node, dict):
+        return
+    if node.get("x-kubernetes-list-type") == "set":
+        yield path
+    for name, child in (node.get("properties") or {}).items():
+        yield from _set_lists(child, f"{path}.{name}" if path else name)
+    if isinstance(node.get("items"), dict):
+        yield from _set_lists(node["items"], f"{path}[]")
+
+
+def _exit_codes(container: Doc, values: list[Any]) -> None:
+    container["restartPolicy"] = "Always"   # restart rules need an explicit container restart policy
+    container["restartPolicyRules"] = [{"action": "Restart", "exitCodes": {"operator": "In", "values": values}}]
+
+
+def _pod_spec(doc: Doc) -> Doc:
+    return _worker(doc)["podTemplate"]["spec"]
+
+
+# set-typed list -> (a mutation writing `values` into it, where the second entry is reported)
+SETS: dict[str, tuple[Callable[[Doc, list[Any]], None], str]] = {
+    "spec.components[].experimental.checkpoint.job.gmsClientContainers": (
+        lambda d, v: _experimental(d, checkpoint={"enabled": True, "job": {"gmsClientContainers": v}}),
+        "spec.components[worker].experimental.checkpoint.job.gmsClientContainers[1]"),
+    "spec.components[].experimental.gpuMemoryService.extraClientContainers": (
+        lambda d, v: _experimental(d, gpuMemoryService={"extraClientContainers": v}),
+        "spec.components[worker].experimental.gpuMemoryService.extraClientContainers[1]"),
+    "spec.components[].podTemplate.spec.containers[].restartPolicyRules[].exitCodes.values": (
+        lambda d, v: _exit_codes(_pod_spec(d)["containers"][0], v),
+        "spec.components[worker].podTemplate.spec.containers[main].restartPolicyRules[0].exitCodes.values[1]"),
+    "spec.components[].podTemplate.spec.ephemeralContainers[].restartPolicyRules[].exitCodes.values": (
+        lambda d, v: _exit_codes(_ephemeral(d), v),
+        "spec.components[worker].podTemplate.spec.ephemeralContainers[debug].restartPolicyRules[0]"
+        ".exitCodes.values[1]"),
+    "spec.components[].podTemplate.spec.initContainers[].restartPolicyRules[].exitCodes.values": (
+        lambda d, v: _exit_codes(_init(d), v),
+        "spec.components[worker].podTemplate.spec.initContainers[warmup].restartPolicyRules[0].exitCodes.values[1]"),
+}
+
+
+def _ephemeral(doc: Doc) -> Doc:
+    container = {"name": "debug", "image": "busybox:1.36"}
+    _pod_spec(doc)["ephemeralContainers"] = [container]
+    return container
+
+
+def _init(doc: Doc) -> Doc:
+    container = {"name": "warmup", "image": "busybox:1.36"}
+    _pod_spec(doc)["initContainers"] = [container]
+    return container
+
+
+def test_every_set_typed_list_of_the_crd_has_a_test() -> None:
+    [v1beta1] = [v for v in crd.crd()["spec"]["versions"] if v["name"] == "v1beta1"]
+    assert sorted(_set_lists(v1beta1["schema"]["openAPIV3Schema"], "")) == sorted(SETS)
+
+
+def _distinct_and_repeated(path: str) -> tuple[list[Any], list[Any]]:
+    if path.endswith("exitCodes.values"):
+        return [1, 137], [1, 1.0]   # 1 and 1.0 are one value, as with JSON Schema uniqueItems
+    return ["gms-a", "gms-b"], ["gms-a", "gms-a"]
+
+
+@pytest.mark.parametrize("path", list(SETS), ids=lambda p: p.replace("spec.components[].", ""))
+def test_a_set_typed_list_rejects_a_repeated_value(path: str) -> None:
+    mutate, where = SETS[path]
+    distinct, repeated = _distinct_and_repeated(path)
+    doc = _base()
+    mutate(doc, distinct)
+    assert check_manifest(doc, used_gpus=USED_GPUS) == []
+    doc = _base()
+    mutate(doc, repeated)
+    [problem] = check_manifest(doc, used_gpus=USED_GPUS)
+    assert problem.startswith(f"{where}: duplicate value {repeated[1]!r}; this list is a set"), problem
+    assert "(entry 0 has the same value)" in problem
