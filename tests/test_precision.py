@@ -168,3 +168,25 @@ def test_a_precision_the_engine_cannot_quantize_to_asks_for_a_checkpoint_not_an_
     [worker] = [c for c in doc["spec"]["components"] if c["name"] == "worker"]
     assert "--quantization" not in worker["podTemplate"]["spec"]["containers"][0]["args"]
     assert "int4_wo checkpoint" in doc["metadata"]["annotations"]["spica.dev/approximations"]
+
+
+def test_a_host_bound_block_fp8_gemm_table_is_timed_as_per_tensor_fp8(tmp_path: Path) -> None:
+    """vLLM's block-FP8 GEMM rows carry a flat host-side floor that CUDA-graph decode does not pay;
+    SGLang's rows for the same kernels do not, so they keep their own table."""
+    from spica_core.evaluate.profiles import timing_shape
+
+    model, own = "Qwen/Qwen3-32B-FP8", precision_of("Qwen/Qwen3-32B-FP8", None, "bf16")
+    vllm = EngineShape.of(model, SKU, "vllm", backend_version(SKU, "vllm"), Shape(2), own)
+    timed, why = timing_shape(vllm)
+    assert timed.gemm_quant_mode == "fp8" and why and "host-bound" in why and "fp8_block" in why
+    assert timed.moe_quant_mode == vllm.moe_quant_mode and timed.kvcache_quant_mode == vllm.kvcache_quant_mode
+    sglang = EngineShape.of(model, SKU, "sglang", backend_version(SKU, "sglang"), Shape(2), own)
+    assert timing_shape(sglang) == (sglang, None)
+    assert timing_shape(EngineShape.of(QWEN, SKU, "vllm", vllm.backend_version, Shape(2), BF16))[1] is None
+    # the replay's table is the per-tensor one: one request's decode step well under the raw block table's
+    table = StepTimes(profile_path(vllm, tmp_path))
+    meta = json.loads(profile_path(vllm, tmp_path).with_suffix(".json").read_text())
+    assert meta["resolved_quant"]["gemm_quant_mode"] == "fp8_block" and meta["timed_quant"]["gemm_quant_mode"] == "fp8"
+    from spica_core.evaluate.profiles import step_engine
+    raw = step_engine(vllm)[1].decode_step_latency(1, 1024, 0)
+    assert table.decode_ms(1024, 1) < 0.8 * raw

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,14 @@ from spica_core.space.kv import kv_tokens_per_rank
 from spica_core.space.parallel import Shape
 from spica_core.space.precision import Precision
 
-PROFILE_SCHEMA = 2
+PROFILE_SCHEMA = 3
+
+# A block-scaled FP8 GEMM does the work of a per-tensor one plus per-block scales: SGLang's and
+# TRT-LLM's tables put it at 0.5-1.2x per-tensor FP8 on every SKU. aiconfigurator-core 0.12.0's
+# vLLM tables put it at 6-40x, a flat 0.06-0.3 ms per call whatever the size: a host-bound
+# measurement that CUDA-graph decode does not pay (a measured MiniMax-M2.5 TP2 decode step on
+# B200 is 9.3 ms; the two GEMMs alone would be 21 ms). Above this ratio the table is not used.
+HOST_BOUND_GEMM_RATIO = 3.0
 
 # Table grid. The prefill axis covers every chunk the engines can schedule (max_num_batched_tokens
 # is at most 32768), the decode axes cover a rank's whole KV pool and the longest contexts.
@@ -117,13 +124,37 @@ def step_engine(es: EngineShape) -> tuple[Any, Any]:
     return model, rust_engine_step._cached_engine_handle(model, db)
 
 
+def _gemm_ms(handle: Any) -> float:
+    """A one-request decode step's attention GEMMs (QKV and output projection), all layers, in ms."""
+    ops = {name: value for name, value, *_ in handle.decode_step_per_op(1, 1024, 0)}
+    return float(ops.get("generation_qkv_gemm", 0.0) + ops.get("generation_proj_gemm", 0.0))
+
+
+def timing_shape(es: EngineShape) -> tuple[EngineShape, str | None]:
+    """The shape whose AIC timing the replay uses, and why it differs from ``es`` (None = it does not).
+
+    Only a block-FP8 GEMM table that is host-bound (see HOST_BOUND_GEMM_RATIO) is swapped, for the
+    per-tensor FP8 table of the same backend; weights, KV and MoE keep their own precision.
+    """
+    model, handle = step_engine(es)
+    if getattr(model.config.gemm_quant_mode, "name", None) != "fp8_block":
+        return es, None
+    per_tensor = replace(es, gemm_quant_mode="fp8")
+    block_ms, tensor_ms = _gemm_ms(handle), _gemm_ms(step_engine(per_tensor)[1])
+    if tensor_ms <= 0 or block_ms <= HOST_BOUND_GEMM_RATIO * tensor_ms:
+        return es, None
+    return per_tensor, (f"{es.backend} {es.backend_version} fp8_block GEMM rows on {es.system} are host-bound "
+                        f"({block_ms:.2f} ms vs {tensor_ms:.2f} ms per-tensor fp8 for one request's "
+                        f"attention GEMMs); timed as per-tensor fp8")
+
+
 def build_tables(es: EngineShape) -> dict[str, np.ndarray]:
     """The dynamo_profile arrays: prefill pass latency by new tokens, decode step by (KV, context).
 
     Batch arguments are per attention-DP rank (each rank runs its own scheduler in the replay).
     Decode uses AIC's single-step estimate at the exact context (osl=0), not the multi-step one.
     """
-    _, h = step_engine(es)
+    _, h = step_engine(timing_shape(es)[0])
     isl = _axis(1, PREFILL_MAX_TOKENS, N_PREFILL)
     ttft = np.array([h.predict_prefill_latency(1, int(x), 0) for x in isl], dtype=np.float64)
     kv = _axis(1, DECODE_MAX_KV_TOKENS, N_KV, with_zero=True)
@@ -158,8 +189,9 @@ def profile_path(es: EngineShape, directory: str | Path | None = None) -> Path:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **tables)
         os.chmod(tmp, 0o644)
+        timed, why = timing_shape(es)
         meta = {"shape": asdict(es), "schema": PROFILE_SCHEMA, "aic": aic_version(),
-                "resolved_quant": _resolved_quant(es)}
+                "resolved_quant": _resolved_quant(es), "timed_quant": _resolved_quant(timed), "timing_note": why}
         path.with_suffix(".json").write_text(json.dumps(meta, indent=1, sort_keys=True))
         os.replace(tmp, path)
     finally:
@@ -241,5 +273,5 @@ def kv_blocks_per_rank(model: str, system: str, backend: str, shape: Shape, *, p
     return int(tokens) // int(block_size)
 
 
-__all__ = ["EngineShape", "profile_path", "build_tables", "timing_model", "StepTimes", "kv_blocks_per_rank",
+__all__ = ["EngineShape", "profile_path", "build_tables", "timing_shape", "timing_model", "StepTimes", "kv_blocks_per_rank",
            "cache_dir", "step_engine"]
