@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Protocol, Sequence
+import sys
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, TextIO
 
 from spica_cli.exits import EXIT_NO_RESULT, EXIT_OK
 
 if TYPE_CHECKING:  # (imported when a sweep runs: `spica show` and the tests need none of the engines)
     from spica_core.config.model import SmartSearchConfig
     from spica_core.evaluate import Candidate
+    from spica_core.run.catalog import SetAside
     from spica_core.search import SweepSummary, Tally
 
 TOP = 10
@@ -91,6 +93,20 @@ def render_summary(summary: SweepSummary) -> str:
     return "\n".join(lines)
 
 
+def set_aside_line(notice: SetAside) -> str:
+    """The stderr line for an artifact moved aside and recomputed: which file, why, where the old one is kept."""
+    return f"warning: {notice.message}"
+
+
+def print_set_aside(notice: SetAside, stream: TextIO | None = None) -> None:
+    """One line on stderr, as it happens. Written to the stream, not print()ed: inside the flow run (log_prints)
+    Prefect's patched print would send it to the run's log instead (see tasks/progress.py). On a terminal the
+    progress bar's unfinished line is cleared first; the bar redraws itself."""
+    out = stream if stream is not None else sys.stderr
+    out.write(("\r\x1b[K" if out.isatty() else "") + set_aside_line(notice) + "\n")
+    out.flush()
+
+
 # What the flow's first call imports (its engine, and FastAPI's encoder for the parameters), then pandas (pyarrow
 # loads it on the first artifact write).
 _FIRST_IMPORTS = ("prefect.flow_engine", "prefect.task_engine", "prefect.utilities.visualization",
@@ -140,12 +156,14 @@ def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: i
             guard.run_dir = lock.acquire(located.folder)
             guard.start_api()
             from flows.sweep import sweep
+            from tasks.notices import listening
 
             _warm_up(located.config)
             guard.watch_api()
-            summary = sweep(config_path=config_path, runs_root=runs_root, run_dir=run_dir,  # type: ignore[arg-type]
-                            seed=seed, from_stage=from_stage, warm_start=warm_start, cluster=cluster,
-                            show_progress=True)
+            with listening(print_set_aside):  # an artifact moved aside and recomputed: one line each
+                summary = sweep(config_path=config_path, runs_root=runs_root,  # type: ignore[arg-type]
+                                run_dir=run_dir, seed=seed, from_stage=from_stage, warm_start=warm_start,
+                                cluster=cluster, show_progress=True)
             print(render_summary(summary))
     finally:
         discard_held()  # a sweep that failed before releasing it

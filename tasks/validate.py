@@ -12,6 +12,7 @@ from spica_core.config.policies import PolicyFilter, filter_for_goal, with_polic
 from spica_core.run import lock
 from spica_core.run.identity import RunIdentity, config_rows, locate
 from spica_core.search import WarmStart, load_warm_start
+from tasks.notices import report_set_aside
 from tasks.stage import stage
 
 
@@ -49,7 +50,8 @@ def validate_config(config_path: str | None = None, runs_root: str | None = None
     warm = load_warm_start(warm_start) if warm_start else None
     config, trace, identity = located.config, located.trace_file, located.identity
     lock.acquire(located.folder)  # one sweep per folder; released when the flow ends (or the process dies)
-    rd = RunDir(located.folder, downstream(from_stage) if from_stage else ())
+    # An artifact moved aside and recomputed is told: in the run's log, and on stderr for `spica sweep`.
+    rd = RunDir(located.folder, downstream(from_stage) if from_stage else (), on_set_aside=report_set_aside)
     held = rd.rows("config")[0]["run_id"] if rd.readable("config") else identity.run_id
     if held != identity.run_id:
         raise RunDirError(f"{rd.path} holds a different run ({held}); choose another --run-dir")

@@ -6,6 +6,11 @@ once: its file, its Arrow schema, the Python type its rows stand for and the nam
 task asks :meth:`RunDir.fresh` whether the artifact on disk was computed from the inputs it has
 now — if so it reads the artifact back, otherwise it computes and writes it. Writes are atomic,
 so a crash never leaves a half-written artifact that a resumed run would trust.
+
+An artifact that cannot be used as it is (truncated, another tool's file) is moved aside, never deleted,
+and its stage computed again; each such recovery is a :class:`SetAside` notice, recorded on the
+:class:`RunDir` and handed to its ``on_set_aside`` callback, so that the caller (the task layer, the CLI)
+can tell the user. This module only records them: it knows nothing of Prefect or of the terminal.
 """
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Mapping, Sequence
+from typing import Any, Callable, Final, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -169,13 +174,33 @@ def downstream(stage: str) -> tuple[str, ...]:
     return tuple(s.name for s in _STAGES if s.name in hit)
 
 
+@dataclass(frozen=True)
+class SetAside:
+    """An artifact that could not be used: moved aside (kept, never deleted); its stage is computed again."""
+
+    stage: str
+    path: Path          # the stage's artifact, where the file was
+    kept_at: Path       # where the old file is kept now (``<file>.unreadable`` or ``<file>.foreign``)
+    reason: str         # why, one line: "is not a readable Parquet file (...)", "does not have the columns ..."
+
+    @property
+    def message(self) -> str:
+        """One line: which file, why, where the old one is kept."""
+        return f"{self.path} {self.reason}; kept it as {self.kept_at} and computing the {self.stage} stage again"
+
+
 class RunDir:
     """``runs/<run id>/``: where one sweep's artifacts live, read and written by stage name."""
 
-    def __init__(self, path: str | Path, recompute: Sequence[str] = ()):
-        """``recompute``: stages whose artifact is treated as stale until this process writes it again."""
+    def __init__(self, path: str | Path, recompute: Sequence[str] = (),
+                 on_set_aside: Callable[[SetAside], None] | None = None):
+        """``recompute``: stages whose artifact is treated as stale until this process writes it again.
+        ``on_set_aside``: called with each artifact this object moves aside, as it happens (also in
+        :attr:`set_aside`, in order)."""
         self.path = Path(path)
         self._stale = set(recompute)
+        self.set_aside: list[SetAside] = []
+        self._on_set_aside = on_set_aside
 
     @classmethod
     def for_run(cls, run_id: str, runs_root: str | Path | None = None) -> RunDir:
@@ -200,17 +225,21 @@ class RunDir:
         try:
             schema = pq.read_schema(path)
         except (pa.ArrowException, OSError) as exc:
-            return self._set_aside(path, "unreadable", f"is not a readable Parquet file ({exc})")
+            return self._set_aside(stage, "unreadable", f"is not a readable Parquet file ({exc})")
         if not schema.equals(CATALOG[stage].schema):
-            return self._set_aside(path, "foreign", f"does not have the columns of the {stage} stage "
+            return self._set_aside(stage, "foreign", f"does not have the columns of the {stage} stage "
                                    f"({', '.join(schema.names[:6])}{', ...' if len(schema.names) > 6 else ''})")
         return schema
 
-    @staticmethod
-    def _set_aside(path: Path, suffix: str, problem: str) -> None:
+    def _set_aside(self, stage: str, suffix: str, problem: str) -> None:
+        path = self.artifact(stage)
         aside = path.with_name(f"{path.name}.{suffix}")
         os.replace(path, aside)
-        log.warning("%s %s; moved it to %s and computing the stage again", path, problem, aside.name)
+        notice = SetAside(stage, path, aside, " ".join(problem.split()))  # one line, whatever Arrow's text was
+        log.warning("%s", notice.message)
+        self.set_aside.append(notice)
+        if self._on_set_aside is not None:
+            self._on_set_aside(notice)
         return None
 
     def fresh(self, stage: str, inputs_fingerprint: str) -> bool:
@@ -291,6 +320,6 @@ def _write_atomic(table: pa.Table, path: Path) -> Path:
 
 
 __all__ = [
-    "CATALOG", "Stage", "StageName", "RunDir", "DEFAULT_RUNS_ROOT", "FINGERPRINT_KEY",
+    "CATALOG", "Stage", "StageName", "RunDir", "SetAside", "DEFAULT_RUNS_ROOT", "FINGERPRINT_KEY",
     "CONFIG_SCHEMA", "BRANCHES_SCHEMA", "SHAPES_SCHEMA", "LOAD_PREDICTOR_SCHEMA", "TRIALS_SCHEMA", "RANKING_SCHEMA",
 ]
