@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
 from typing import Any, Callable
@@ -14,15 +15,22 @@ import spica_core.space.branches as branches_mod
 import tasks.load_predictor as load_predictor_mod
 import tasks.space as space_mod
 from spica_core.config.model import SmartSearchConfig
+from spica_core.emit.records import CandidateRecord, Provenance
 from spica_core.errors import NoViableParallelConfigError, RunDirError
+from spica_core.evaluate.bands import Band
+from spica_core.evaluate.candidate import Candidate
+from spica_core.evaluate.evaluator import Status
+from spica_core.evaluate.headroom import Headroom
 from spica_core.evaluate.traces import write_sine_trace
 from spica_core.predictors import LoadPredictorResult
 from spica_core.run import lock
 from spica_core.run.catalog import CATALOG, FINGERPRINT_KEY, RunDir
-from spica_core.run.identity import config_rows, identify
+from spica_core.run.identity import RunIdentity, config_from_row, config_rows, identify
+from spica_core.search import CandidateSpace, RankedCandidate, Trial
 from spica_core.space.branches import (
     LegalSpace, enumerate_branches, estimate_shapes, kv_filter, legal_space, ordered_records, records_from_rows,
 )
+from spica_core.space.kv import ShapeKV
 from tasks.load_predictor import load_predictor_task
 from tasks.space import enumerate_branches_task, kv_filter_task
 from tasks.validate import validate_config
@@ -48,8 +56,87 @@ def test_catalog_declares_every_stage_once() -> None:
     assert [s.file for s in CATALOG.values()] == [f"{name}.parquet" for name in STAGES]
     for stage in CATALOG.values():
         assert stage.rows_are and stage.inputs and len(stage.schema) > 0
-        assert stage.row_class().__name__ == stage.row_type.rsplit(".", 1)[1]
     assert CATALOG["shapes"].inputs == ("branches",)
+
+
+def _trials(config: SmartSearchConfig) -> list[Trial]:
+    """A feasible trial with every field set, an infeasible one that built nothing, and a cache hit."""
+    space = CandidateSpace(enumerate_branches(config).branch("agg"))
+    first, second = space.proposal(0, "gp"), space.proposal(space.size - 1, "space-filling")
+    candidate = Candidate.unroll(config.search_space, first.selection, first.parallel).resolved(
+        backend_version="0.24.0", concurrency=16)
+    band = Band(p10=0.9, p50=1.0, p90=1.25, rows=40, group="vllm agg tp2", spread=0.02)
+    feasible = Trial("agg", 0, 0, Status.feasible, first.parallel, first.raw, first.selection, ask=0,
+                     cache_key="key-0", projection=first.projection, candidate=candidate, score=812.5,
+                     objectives={"throughput_per_gpu": 812.5}, metrics={"mean_ttft_ms": 250.0, "p90_itl_ms": 12.5},
+                     eval_seconds=1.5, replay_seconds=1.25, suggest_seconds=0.75, suggested_by="gp",
+                     bands={"ttft_ms": band})
+    infeasible = Trial("agg", 1, 1, Status.infeasible, second.parallel, second.raw, second.selection, ask=1,
+                       reason="no KV cache left at this memory fraction", cache_key="key-1",
+                       projection=second.projection, suggested_by="space-filling")
+    hit = dataclasses.replace(feasible, trial=2, ask=2, cache_hit=True, duplicate_of=0, eval_seconds=None,
+                              replay_seconds=None)
+    return [feasible, infeasible, hit]
+
+
+PROVENANCE = Provenance("0.1.0", "1.6.1", "0.12.0", {"vllm": "0.24.0"}, "config-fp", "trace-fp",
+                        {"trials": "trials-fp"}, "aiconfigurator-core perf database (h200_sxm)")
+
+
+def declared_values_round_trip(stage: str, config: SmartSearchConfig, rd: RunDir,
+                               trace: Path) -> tuple[list[Any], list[Any]]:
+    """Values of the stage's declared row type from a real result, and the same values rebuilt from what
+    ``rd`` wrote and read back (each type's own row format)."""
+    if stage == "config":
+        identity = identify(config, trace)
+        rd.write(stage, config_rows(config, identity, trace), "fp")
+        [row] = rd.rows(stage)
+        assert config_from_row(row).normalised() == config.normalised() and row["trace_file"] == str(trace)
+        return [identity], [RunIdentity(row["run_id"], row["config_fingerprint"], row["trace_fingerprint"],
+                                        json.loads(row["engines_json"]))]
+    if stage == "branches":
+        space = legal_space(config)
+        rd.write(stage, space.rows(), "fp")
+        return list(space.spaces), list(LegalSpace.from_rows(config, rd.rows(stage)).spaces)
+    if stage == "shapes":
+        records = ordered_records(estimate_shapes(legal_space(config)), config.search_space.backend)
+        rd.write(stage, [r.row() for r in records], "fp")
+        return records, [ShapeKV.from_row(r) for r in rd.rows(stage)]
+    if stage == "load_predictor":
+        result = LoadPredictorResult(
+            best_by_interval={180: {"load_predictor": "kalman"}, 600: "constant_last"},
+            losses={180: {"constant_last": 0.5, "custom_1": 0.25}, 600: {"constant_last": math.inf}},
+            reason="swept; no_winner_fallback_constant_last@[600]",
+            entries={"constant_last": "constant_last", "custom_1": {"load_predictor": "kalman"}})
+        rd.write(stage, result.rows(), "fp")
+        return [result], [LoadPredictorResult.from_rows(rd.rows(stage))]
+    trials = _trials(config)
+    if stage == "trials":
+        rd.write(stage, [t.to_row() for t in trials], "fp")
+        return trials, [Trial.from_row(r) for r in rd.rows(stage)]
+    ranked = [RankedCandidate.of(1, trials[0])]
+    if stage == "ranking":
+        rd.write(stage, [r.to_row() for r in ranked], "fp")
+        return ranked, [RankedCandidate.from_row(r) for r in rd.rows(stage)]
+    assert stage == "candidates"
+    headroom = Headroom(scale=2.5, attainment=0.97, evaluations=4, points=((1.0, 1.0), (2.5, 0.97)))
+    records = [dataclasses.replace(CandidateRecord.of(ranked[0], {"attempts": 3, "reasons": {"no KV": 1}},
+                                                      PROVENANCE), headroom=headroom)]
+    rd.write(stage, [r.to_row() for r in records], "fp")
+    return records, [CandidateRecord.from_row(r) for r in rd.rows(stage)]
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_each_stage_stores_values_of_its_declared_row_type_and_reads_them_back_equal(
+        stage: str, qwen_tp: SmartSearchConfig, tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [0]}\n')
+    rd = RunDir(tmp_path / "run")
+    written, read_back = declared_values_round_trip(stage, qwen_tp, rd, trace)
+    row_type = CATALOG[stage].row_class()
+    assert written and all(type(value) is row_type for value in written), (row_type, written[:1])
+    assert read_back == written
+    assert rd.read(stage).schema.equals(CATALOG[stage].schema)
 
 
 def test_fingerprint_is_formed_from_exactly_the_declared_inputs() -> None:

@@ -35,11 +35,26 @@ def test_one_aiconfigurator_kv_estimate() -> None:
     assert 700_000 < r["total_kv_size_tokens"] < 800_000
 
 
-def test_one_vizier_suggest() -> None:
-    study = Study([Param("x", "float", bounds=(0.0, 1.0)), Param("n", "discrete", (1.0, 2.0, 4.0), is_int=True)],
-                  algorithm="GAUSSIAN_PROCESS_BANDIT", seed=0)
-    study.complete({"x": 0.2, "n": 2}, {"objective": 1.0})
-    pool = [{"x": x, "n": n} for x in (0.0, 0.2, 0.6, 1.0) for n in (1, 2, 4)]
-    allowed = [p != {"x": 0.2, "n": 2} for p in pool]
-    [position] = study.suggest(1, step=0, pool=pool, allowed=allowed)
-    assert allowed[position]  # the GP scored the pool and skipped the evaluated candidate
+# A pool strictly between the trials' x values, so every pick is a candidate the study has not seen.
+_POOL = [{"x": round(0.025 + 0.05 * i, 3)} for i in range(20)]
+
+
+def _gp_study(peak: float) -> Study:
+    """A GP bandit that has seen x = 0, 0.1, ..., 1 under a parabola peaking at ``peak``."""
+    study = Study([Param("x", "float", bounds=(0.0, 1.0))], algorithm="GAUSSIAN_PROCESS_BANDIT", seed=0)
+    for i in range(11):
+        study.complete({"x": i / 10}, {"objective": 1.0 - 4 * (i / 10 - peak) ** 2})
+    return study
+
+
+def _picks(study: Study) -> list[float]:
+    return [_POOL[p]["x"] for p in study.suggest(3, step=0, pool=_POOL)]
+
+
+def test_one_vizier_suggest_picks_where_the_trials_were_best() -> None:
+    """Random picks would all land within 0.1 of the peak once in about 300 asks (4 of the 20 pool points)."""
+    near_08 = _picks(_gp_study(0.8))
+    assert all(abs(x - 0.8) < 0.1 for x in near_08), near_08
+    assert _picks(_gp_study(0.8)) == near_08       # same seed, trials and step: the same picks from a new study
+    near_02 = _picks(_gp_study(0.2))               # other trials: other picks
+    assert all(abs(x - 0.2) < 0.1 for x in near_02), near_02

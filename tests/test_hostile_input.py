@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import signal
 import sys
@@ -274,12 +275,84 @@ def test_a_second_sweep_on_a_run_dir_in_use_is_refused_and_the_first_is_intact(t
     assert f"{ranking[0]['score']:,.4g}" in out
 
 
-def test_docs_list_every_bound() -> None:
+# Each bound of spica_core/config/limits.py -> the words that name its knob in the first cell of its row of the
+# docs/limits.md table ("field | at most | why"); the bound must be a number of that row's "at most" cell.
+DOCUMENTED_KNOBS = {
+    "GPU_BUDGET": "`search_space.gpu_budget`",
+    "WORKER_GPUS": "`parallel_configs[*]`",
+    "IN_FLIGHT": "`workload.concurrency`",
+    "SEQUENCE_TOKENS": "`search_space.context_length`",
+    "REQUESTS_PER_REPLAY": "requests per replay",
+    "REQUEST_RATE": "`workload.request_rate`",
+    "NUM_REQUEST_RATIO": "`workload.num_request_ratio`",
+    "KV_LOAD_RATIO": "`workload.kv_load_ratio`",
+    "ARRIVAL_SPEEDUP": "`workload.arrival_speedup_ratio`",
+    "PREFIX_GROUPS": "`workload.num_prefix_groups`",
+    "TURNS_PER_SESSION": "`workload.turns_per_session`",
+    "MAX_ROUNDS": "`sweep.max_rounds`",
+    "CANDIDATES_PER_ROUND": "`sweep.candidates_per_round`",
+    "EVALUATIONS": "`sweep.max_rounds` × candidates per round",
+    "PARALLEL_EVALS": "`sweep.parallel_evals`",
+    "EVAL_SECONDS": "`sweep.max_eval_seconds`",
+    "STARTUP_SECONDS": "`search_space.startup_time`",
+    "G2_BLOCKS": "`search_space.num_g2_blocks`",
+    "SEED": "`sweep.seed`",
+    "TRAFFIC_SCALE": "`goal.headroom_max`",
+}
+# A whole number: digits with optional thousands groups ("10,000" is one number, never "10" and "000") and decimals.
+_NUMBER = re.compile(r"(?<![0-9.,])[0-9]+(?:,[0-9]{3}(?![0-9]))*(?:\.[0-9]+)?(?![0-9])")
+_SEED_SHOWN = "2⁶³ − 1"
+
+
+def _numbers(text: str) -> list[float]:
+    return [float(token.replace(",", "")) for token in _NUMBER.findall(text)]
+
+
+def _table_rows(doc: str) -> list[tuple[str, str]]:
+    """(first cell, second cell) of every Markdown table row."""
+    rows = []
+    for line in doc.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.lstrip().startswith("|") else []
+        if len(cells) >= 2:
+            rows.append((cells[0], cells[1]))
+    return rows
+
+
+def _undocumented_bounds(doc: str, facts: dict[str, tuple[str, int | float, str]]) -> list[str]:
+    """Each (name -> knob words, bound, as shown) whose bound is not a number of a table row naming the knob."""
+    rows = _table_rows(doc)
+    problems = []
+    for name, (knob, value, shown) in facts.items():
+        cells = [bound for field, bound in rows if knob in field]
+        if not cells:
+            problems.append(f"{name}: no row of docs/limits.md names {knob}")
+        elif not any((shown in cell) if shown == _SEED_SHOWN else (float(value) in _numbers(cell)) for cell in cells):
+            problems.append(f"{name}: the row of {knob} does not give its bound {shown} (it says {cells})")
+    return problems
+
+
+def _documented_facts() -> dict[str, tuple[str, int | float, str]]:
     from spica_core.config import limits
 
-    doc = (REPO / "docs" / "limits.md").read_text()
     bounds = {name: value for name, value in vars(limits).items() if isinstance(value, limits.Limit)}
-    assert len(bounds) >= 15
-    for name, bound in bounds.items():
-        shown = "2⁶³ − 1" if bound.maximum == 2**63 - 1 else f"{bound.maximum:,}"
-        assert shown in doc, f"docs/limits.md does not give {name}'s bound {shown}"
+    assert set(bounds) == set(DOCUMENTED_KNOBS), "a bound added to limits.py needs its row in docs/limits.md"
+    facts = {name: (DOCUMENTED_KNOBS[name], bound.maximum,
+                    _SEED_SHOWN if bound.maximum == 2**63 - 1 else f"{bound.maximum:,}")
+             for name, bound in bounds.items()}
+    # the numbers the bounds are derived from, in the same rows
+    facts["MAX_NUM_SEQS_PER_GPU"] = ("`workload.concurrency`", limits.MAX_NUM_SEQS_PER_GPU,
+                                     f"{limits.MAX_NUM_SEQS_PER_GPU:,}")
+    facts["ARRIVAL_SLOWDOWN"] = ("`workload.arrival_speedup_ratio`", limits.ARRIVAL_SLOWDOWN,
+                                 f"{limits.ARRIVAL_SLOWDOWN:g}")
+    return facts
+
+
+def test_whole_numbers_are_read_with_their_thousands_separators() -> None:
+    assert _numbers("| 10,000 per branch | 0.001 to 1,000 | 2⁶³ − 1 | 100,000,000 |") == [
+        10_000, 0.001, 1_000, 2, 1, 100_000_000]
+    assert 10 not in _numbers("10,000 and 100 and 510") and 1_000 not in _numbers("10,000")
+
+
+def test_docs_give_every_bound_in_its_knobs_row() -> None:
+    doc = (REPO / "docs" / "limits.md").read_text()
+    assert _undocumented_bounds(doc, _documented_facts()) == []

@@ -11,8 +11,10 @@ import pytest
 import yaml
 
 from spica_core.config.model import SmartSearchConfig
-from spica_core.emit.crd import check_manifest
+from spica_core.emit.crd import API_VERSION, BACKENDS, KIND, WORKER_TYPES, backend_of, check_manifest, instance_gpus
 from spica_core.emit.manifests import ManifestOptions, manifest, manifest_yaml
+from spica_core.emit.outputs import EmitOptions, write_manifests
+from spica_core.emit.records import CandidateRecord
 from spica_core.errors import ManifestError
 from spica_core.evaluate.candidate import Candidate, Router
 from spica_core.space.parallel import ParallelConfig
@@ -87,8 +89,17 @@ def test_shipped_examples_pass_with_a_version_tag_and_need_the_override_with_my_
     assert check_manifest(overridden) == []
 
 
-def test_nine_examples_are_shipped() -> None:
-    assert len(EXAMPLE_FILES) == 9
+def test_the_shipped_examples_cover_every_backend_in_both_modes() -> None:
+    """So the parametrized check above is not vacuous: the examples are DGDs of each backend, agg and disagg."""
+    covered = set()
+    for path in EXAMPLE_FILES:
+        doc = yaml.safe_load(path.read_text())
+        assert (doc["apiVersion"], doc["kind"]) == (API_VERSION, KIND), path.name
+        workers = [c for c in doc["spec"]["components"] if c.get("type") in WORKER_TYPES]
+        [backend] = {backend_of(main(c)) for c in workers}
+        mode = "disagg" if {c["type"] for c in workers} == {"prefill", "decode"} else "agg"
+        covered.add((backend, mode))
+    assert covered == {(b, m) for b in BACKENDS for m in ("agg", "disagg")}
 
 
 def _example(name: str = "example-vllm-disagg.yaml") -> dict[str, Any]:
@@ -564,6 +575,58 @@ def test_refusal_lists_every_field_that_cannot_be_expressed() -> None:
     assert "2 field(s)" in text
     assert "\n  - num_g2_blocks: SGLang has no KVBM host offload" in text
     assert "\n  - pp: pipeline parallelism (2) was not replayed" in text
+
+
+def _emitted(c: Candidate, rank: int) -> CandidateRecord:
+    return CandidateRecord(rank=rank, score=100.0 / rank, used_gpus=c.parallel.used_gpus, candidate=c,
+                           metrics={}, objectives=None, round=0, trial=rank)
+
+
+def test_emitted_manifests_deploy_exactly_their_candidates(tmp_path: Path) -> None:
+    """What ``write_manifests`` puts on disk, read back as a user's kubectl would: one DGD per candidate, running
+    its backend with its replicas and parallel sizes, or a refusal naming what cannot be expressed."""
+    trtllm = candidate({**QWEN, "gpu_budget": 8, "context_length": 16384}, "agg", "trtllm",
+                       {"agg_max_num_seqs": 256, "agg_max_num_batched_tokens": 8192, **KV, **NO_PLANNER},
+                       {"tp": 4, "replicas": 2})
+    vllm_disagg = candidate({**QWEN, "gpu_budget": 8}, "disagg", "vllm",
+                            {**DISAGG_SELECTION, "router_mode": "round_robin", **NO_PLANNER},
+                            {"prefill": {"tp": 1, "replicas": 2}, "decode": {"tp": 2, "replicas": 3}})
+    refused = candidate({**QWEN, "gpu_budget": 8, **OFFLOAD}, "agg", "sglang",
+                        {"agg_max_num_seqs": 256, "agg_max_num_batched_tokens": 8192, "router_mode": "round_robin",
+                         **NO_PLANNER}, {"tp": 2, "pp": 2})
+    records = [_emitted(c, rank) for rank, c in enumerate([agg_kv(), sglang_disagg(), trtllm, vllm_disagg, refused],
+                                                          start=1)]
+    written, why = write_manifests(tmp_path, records, EmitOptions(all=True), None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"rank-{r}.yaml" for r in (1, 2, 3, 4)] + [
+        "rank-5.refused.txt"]
+    assert written == {r: tmp_path / f"rank-{r}.yaml" for r in (1, 2, 3, 4)}
+    assert "\n  - num_g2_blocks: SGLang has no KVBM host offload" in (tmp_path / "rank-5.refused.txt").read_text()
+    assert why[5] == (tmp_path / "rank-5.refused.txt").read_text().strip()
+
+    for record in records[:4]:
+        c = record.candidate
+        doc = yaml.safe_load(written[record.rank].read_text())
+        assert (doc["apiVersion"], doc["kind"]) == ("nvidia.com/v1beta1", "DynamoGraphDeployment")
+        assert doc["spec"]["backendFramework"] == c.backend
+        assert doc["metadata"]["annotations"]["spica.dev/rank"] == str(record.rank)
+        workers = [x for x in doc["spec"]["components"] if x["type"] in WORKER_TYPES]
+        assert sorted(x["type"] for x in workers) == sorted({"agg": "worker"}.get(r, r) for r in c.parallel.roles)
+        gpus = 0
+        for role, rc in c.parallel.roles.items():
+            [comp] = [x for x in workers if x["type"] == {"agg": "worker"}.get(role, role)]
+            ctr = main(comp)
+            assert ctr["command"] == ["python3", "-m", f"dynamo.{c.backend}"] and backend_of(ctr) == c.backend
+            assert ctr["args"][1] == c.context.model_name
+            assert comp["replicas"] == rc.replicas, (record.rank, role)
+            per_pod, nodes = int(ctr["resources"]["limits"]["nvidia.com/gpu"]), comp.get("multinode",
+                                                                                         {}).get("nodeCount", 1)
+            assert per_pod * nodes == instance_gpus(c.backend, ctr["args"]) == rc.shape.gpus, (record.rank, role)
+            tp_flag = "--tp-size" if c.backend == "sglang" else "--tensor-parallel-size"
+            tp = rc.shape.gpus if c.backend == "sglang" else rc.shape.tp   # SGLang's TP size spans attention DP
+            assert ctr["args"][ctr["args"].index(tp_flag) + 1] == str(tp), (record.rank, role)
+            gpus += comp["replicas"] * per_pod * nodes
+        assert gpus == record.used_gpus == c.parallel.used_gpus
+        assert check_manifest(doc, used_gpus=record.used_gpus) == []
 
 
 @pytest.mark.parametrize("change, field", [

@@ -135,14 +135,25 @@ def test_no_batch_repeats_a_candidate_and_an_exhausted_branch_says_so(algorithm:
 
 
 def test_infeasible_candidates_are_recorded_with_their_reason_and_told_to_the_study() -> None:
-    config = make(space={"deployment_mode": ["agg"], "parallel_configs": [{"tp": 1}],
-                         "agg_gpu_memory_utilization": 0.3}, sweep={"candidates_per_round": 1,
-                                                                  "algorithm": "RANDOM_SEARCH"})
-    branch = branch_of(config)
-    result = search(branch, SearchContext(config, None, None), CountingEvaluator())
-    assert not any(t.is_evaluated_success for t in result.trials) and result.stalled
-    assert all(t.status is Status.infeasible and "no KV" in t.reason for t in result.trials if not t.cache_hit)
-    assert Tally.of(result.trials).top_reasons()[0][1] >= 1
+    """Four TP1 pins have no KV room at 30 % memory, TP2 has; one success per round and a budget of one, so every
+    pick after the first is asked of the study (none is enumerated). Seed 2 draws the four TP1 pins first."""
+    config = make(space={"deployment_mode": ["agg"], "agg_gpu_memory_utilization": 0.3,
+                         "parallel_configs": [*({"tp": 1, "replicas": r} for r in (1, 2, 3, 4)), {"tp": 2}]},
+                  sweep={"candidates_per_round": 1, "max_rounds": 1, "algorithm": "RANDOM_SEARCH", "seed": 2})
+    context = SearchContext(config, None, None)
+    result = search(branch_of(config), context, CountingEvaluator())
+    labels = [t.parallel.label() for t in result.trials]
+    assert [t.status for t in result.trials] == [Status.infeasible] * 4 + [Status.feasible], labels
+    assert sorted(labels[:4]) == ["1×TP1", "2×TP1", "3×TP1", "4×TP1"] and labels[4] == "1×TP2"
+    assert all("no KV" in t.reason for t in result.trials[:4])
+    assert Tally.of(result.trials).top_reasons()[0][1] == 4
+
+    # what the branch's study was told by its last ask: every infeasible trial, with its parameters and reason
+    told = context.suggesters["agg"].study.trials
+    assert len(told) == 4, told
+    for record, trial in zip(told, result.trials):
+        assert record.params == trial.params
+        assert not record.feasible and record.infeasible_reason == trial.reason and record.metrics is None
 
 
 def test_same_seed_config_and_trials_give_identical_rounds() -> None:
