@@ -239,7 +239,7 @@ CAUSES = [
     "18–40× on Blackwell and L40S. SGLang's and TRT-LLM's rows for the same kernels are 0.5–1.2×. "
     "That is a host-side floor, and CUDA-graph decode does not pay it. A profile whose block-FP8 attention "
     "GEMMs cost more than 3× the per-tensor ones is now timed with the per-tensor FP8 GEMM table "
-    "(`spica_core/evaluate/profiles.py` `timing_shape`; the rule reads AIC's tables only). On all 264 "
+    "(`spica_core/space/profiles.py` `timing_shape`; the rule reads AIC's tables only). On all 264 "
     "MiniMax-M2.5 vLLM rows, TPOT MAPE went from 132 % to 18 % (median −18 %), and overall TPOT MAPE from 34 % "
     "to 22 %. TTFT MAPE on those rows went from 21 % to 37 %, and overall from 45 % to 47 %: the floor had also "
     "padded the prefill passes, and cause 8 under-predicts TTFT. The AIC column is AIC's own estimate and keeps "

@@ -18,7 +18,8 @@ from pathlib import Path
 os.environ.setdefault("DYN_LOG", "error")
 
 from spica_core.config.model import SmartSearchConfig  # noqa: E402
-from spica_core.evaluate import Candidate, EvalPool, EvalRequest, evaluate_one  # noqa: E402
+from spica_core.deployment import Candidate
+from spica_core.evaluate import EvalPool, EvalRequest, evaluate_one  # noqa: E402
 from spica_core.space.parallel import ParallelConfig  # noqa: E402
 from spica_core.evaluate.traces import write_poisson_trace  # noqa: E402
 

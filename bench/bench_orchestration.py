@@ -168,7 +168,8 @@ def prefect_cost(tmp: Path, trials_path: Path) -> dict[str, Any]:
 def replay_request(seconds: float) -> Any:
     """One agg TP2 candidate whose replay takes about ``seconds`` on this machine (calibrated in-process)."""
     from spica_core.config.model import SmartSearchConfig
-    from spica_core.evaluate import Candidate, EvalRequest, evaluate_one
+    from spica_core.deployment import Candidate
+    from spica_core.evaluate import EvalRequest, evaluate_one
     from spica_core.space.parallel import ParallelConfig
 
     def made(ratio: int) -> Any:

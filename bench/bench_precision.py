@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.results_doc import write_section  # noqa: E402
 from spica_core.config.model import SmartSearchConfig  # noqa: E402
 from spica_core.evaluate import EvalRequest, evaluate_one  # noqa: E402
-from spica_core.evaluate.candidate import Candidate  # noqa: E402
+from spica_core.deployment import Candidate  # noqa: E402
 from spica_core.space.kv import kv_tokens_per_rank, shape_kv  # noqa: E402
 from spica_core.space.parallel import ParallelConfig, Shape  # noqa: E402
 from spica_core.space.precision import precision_of  # noqa: E402

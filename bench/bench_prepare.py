@@ -35,7 +35,8 @@ from typing import Any
 os.environ.setdefault("DYN_LOG", "error")
 
 from spica_core.config.model import SmartSearchConfig  # noqa: E402
-from spica_core.evaluate import Candidate, EvalPool, EvalRequest, Outcome, evaluate_one  # noqa: E402
+from spica_core.deployment import Candidate
+from spica_core.evaluate import EvalPool, EvalRequest, Outcome, evaluate_one  # noqa: E402
 from spica_core.space.parallel import ParallelConfig  # noqa: E402
 
 MODEL = "meta-llama/Meta-Llama-3.1-70B"

@@ -46,7 +46,7 @@ import yaml
 
 if TYPE_CHECKING:
     from spica_core.config.model import SmartSearchConfig
-    from spica_core.evaluate import Candidate
+    from spica_core.deployment import Candidate
 
 REPO = Path(__file__).resolve().parents[1]
 AIC_VENV = REPO / "bench" / ".aic-venv"
@@ -203,7 +203,7 @@ def run_aic_default(model: str, system: str, total_gpus: int, isl: int, osl: int
 
 def to_candidate(peer: PeerConfig, config: SmartSearchConfig, *, batching: str = "deployed") -> Candidate:
     """Spica's ``Candidate`` for a peer pick; knobs the peer does not choose take the config's first value."""
-    from spica_core.evaluate import Candidate
+    from spica_core.deployment import Candidate
     from spica_core.space.parallel import ParallelConfig
 
     space = config.search_space
@@ -258,7 +258,7 @@ def _workload_lengths(config: SmartSearchConfig, config_path: Path) -> tuple[int
     w = config.workload
     if w.isl and w.osl:
         return int(w.isl), int(w.osl)
-    from spica_core.evaluate.traces import read_trace
+    from spica_core.config.trace import read_trace
 
     rows = list(read_trace(config.trace_file(Path(config_path).parent)))
     return round(sum(r.input_length for r in rows) / len(rows)), round(sum(r.output_length for r in rows) / len(rows))

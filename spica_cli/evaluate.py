@@ -68,7 +68,8 @@ def unpinned_knobs(config: Any) -> list[str]:
 def build_request(config: Any, config_path: str) -> Any:
     """The single candidate of a fully pinned config as an EvalRequest."""
     from spica_core.config.knobs import decode_composite
-    from spica_core.evaluate import Candidate, EvalRequest
+    from spica_core.deployment import Candidate
+    from spica_core.evaluate import EvalRequest
     from spica_core.space.parallel import ParallelConfig
 
     multi = unpinned_knobs(config)

@@ -36,7 +36,7 @@ def watch_command(config_path: str, runs_root: str, every: float, once: bool) ->
     from prefect.events import emit_event
 
     from deployments.serve import TRACE_CHANGED
-    from spica_core.run.fingerprint import file_fingerprint
+    from spica_core.store import file_fingerprint
     from spica_core.run.inputs import load_inputs
 
     config = str(Path(config_path).resolve())

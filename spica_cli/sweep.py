@@ -9,7 +9,7 @@ from spica_cli.exits import EXIT_NO_RESULT, EXIT_OK
 
 if TYPE_CHECKING:  # (imported when a sweep runs: `spica show` and the tests need none of the engines)
     from spica_core.config.model import SmartSearchConfig
-    from spica_core.evaluate import Candidate
+    from spica_core.deployment import Candidate
     from spica_core.run.catalog import SetAside
     from spica_core.search import SweepSummary, Tally
 

@@ -6,7 +6,7 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact
 from spica_core.emit import EmitOptions, Emitted, emit_outputs, load_records, provenance_of, records_of
 from spica_core.emit.rechecks import confidence_check, with_headroom, with_spread
 from spica_core.run.catalog import CATALOG
-from spica_core.run.fingerprint import file_fingerprint
+from spica_core.store import file_fingerprint
 from spica_core.search import RankedCandidate, Tally, Trial
 from tasks.stage import stage
 from tasks.ui import artifact_key, in_flow_run

@@ -11,7 +11,7 @@ from prefect.runtime import task_run
 
 from spica_core.evaluate import Evaluator
 from spica_core.run.catalog import CATALOG, RunDir
-from spica_core.run.fingerprint import file_fingerprint
+from spica_core.store import file_fingerprint
 from spica_core.search import BranchResult, EvalCache, RankedCandidate, SearchContext, Trial, rank_trials, search_branch
 from spica_core.space.branches import Branch
 

@@ -15,7 +15,8 @@ from prefect.artifacts import update_progress_artifact
 from prefect.context import FlowRunContext
 from prefect.logging import get_run_logger
 
-from spica_core.config.model import MINIMIZED_TARGETS, SmartSearchConfig
+from spica_core.config.model import SmartSearchConfig
+from spica_core.evaluate import raw_value
 from spica_core.emit.report import OBJECTIVE_LABELS, band_range, fmt
 from spica_core.evaluate.headroom import Headroom
 from spica_core.search import RankedCandidate, Tally, Trial
@@ -34,7 +35,7 @@ def objective_value(config: SmartSearchConfig, score: float | None) -> float | N
     """The goal's value as a person reads it (the score is signed: minimised targets are negated)."""
     if score is None:
         return None
-    return -score if config.goal.target in MINIMIZED_TARGETS else score
+    return raw_value(config.goal.target, score)
 
 
 def _score_text(config: SmartSearchConfig, score: float | None) -> str:

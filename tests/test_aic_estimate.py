@@ -9,7 +9,7 @@ import pytest
 
 from spica_core.config.model import SmartSearchConfig
 from spica_core.emit.aic_estimate import AICEstimate, _aic_cannot, _point, aic_estimate
-from spica_core.evaluate import Candidate
+from spica_core.deployment import Candidate
 from spica_core.space.parallel import ParallelConfig
 
 SPACE: dict[str, Any] = {"model_name": "Qwen/Qwen3-32B", "hardware_sku": "h200_sxm", "gpu_budget": 8}

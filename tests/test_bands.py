@@ -13,7 +13,7 @@ from spica_core.config.model import SmartSearchConfig
 from spica_core.errors import BandFileError
 from spica_core.evaluate import EvalRequest, evaluate_one
 from spica_core.evaluate.bands import BAND_FILE, load_bands
-from spica_core.evaluate.candidate import Candidate
+from spica_core.deployment import Candidate
 from spica_core.evaluate.scoring import sla_kwargs
 from spica_core.space.parallel import ParallelConfig
 

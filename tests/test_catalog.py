@@ -18,7 +18,7 @@ from spica_core.config.model import SmartSearchConfig
 from spica_core.emit.records import CandidateRecord, Provenance
 from spica_core.errors import NoViableParallelConfigError, RunDirError
 from spica_core.evaluate.bands import Band
-from spica_core.evaluate.candidate import Candidate
+from spica_core.deployment import Candidate
 from spica_core.evaluate.evaluator import Status
 from spica_core.evaluate.headroom import Headroom
 from spica_core.evaluate.traces import write_sine_trace

@@ -17,7 +17,7 @@ from spica_core.config.model import SmartSearchConfig
 from spica_core.emit import crd
 from spica_core.emit.crd import CEL_RULES, check_manifest
 from spica_core.emit.manifests import manifest
-from spica_core.evaluate.candidate import Candidate
+from spica_core.deployment import Candidate
 from spica_core.space.parallel import ParallelConfig
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "emit.md"

@@ -16,7 +16,7 @@ from conftest import EXAMPLES
 from spica_cli.main import main
 from spica_core.config import SmartSearchConfig
 from spica_core.emit import CandidateRecord, Provenance, check_manifest, to_csv
-from spica_core.evaluate import Candidate
+from spica_core.deployment import Candidate
 from spica_core.space.parallel import ParallelConfig
 
 PROVENANCE = Provenance(spica_version="0.1.0", replay_runtime="1.6.1", aiconfigurator_core="0.12.0",

@@ -19,9 +19,9 @@ from spica_core.evaluate.engine_args import (
 from spica_core.space.facts import backend_version
 from spica_core.space.kv import kv_tokens_per_rank
 from spica_core.space.parallel import ParallelConfig, Shape
-from spica_core.evaluate.profiles import EngineShape, StepTimes, profile_path, step_engine
+from spica_core.space.profiles import EngineShape, StepTimes, profile_path, step_engine
 from spica_core.space.facts import cache_dir
-from spica_core.evaluate.candidate import Candidate, Router
+from spica_core.deployment import Candidate, Router
 from spica_core.evaluate.workload import replay_workload, request_count, resolve_kv_load
 
 MODEL, SKU = "Qwen/Qwen3-32B", "h200_sxm"

@@ -15,9 +15,8 @@ from spica_cli.evaluate import evaluate_command
 from spica_cli.main import main
 from spica_core.space.precision import precision_of
 from spica_core.config.model import SmartSearchConfig
-from spica_core.evaluate import (
-    Candidate, EvalPool, EvalRequest, SequentialEvaluator, Status, evaluate_one, make_evaluator,
-)
+from spica_core.deployment import Candidate
+from spica_core.evaluate import EvalPool, EvalRequest, SequentialEvaluator, Status, evaluate_one, make_evaluator
 from spica_core.evaluate.traces import write_poisson_trace
 from spica_core.space.kv import kv_tokens_per_rank
 from spica_core.space.parallel import ParallelConfig, Shape

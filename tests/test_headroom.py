@@ -10,7 +10,7 @@ import pytest
 from spica_cli.main import main as spica
 from spica_core.config.model import SmartSearchConfig
 from spica_core.evaluate import EvalRequest, evaluate_one
-from spica_core.evaluate.candidate import Candidate
+from spica_core.deployment import Candidate
 from spica_core.evaluate.headroom import attainment, find_headroom
 from spica_core.evaluate.workload import scaled_workload
 from spica_core.space.parallel import ParallelConfig

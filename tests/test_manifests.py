@@ -16,7 +16,7 @@ from spica_core.emit.manifests import ManifestOptions, manifest, manifest_yaml
 from spica_core.emit.outputs import EmitOptions, write_manifests
 from spica_core.emit.records import CandidateRecord
 from spica_core.errors import ManifestError
-from spica_core.evaluate.candidate import Candidate, Router
+from spica_core.deployment import Candidate, Router
 from spica_core.space.parallel import ParallelConfig
 
 EXAMPLES = Path(__file__).parent / "data" / "dynamo-examples"

@@ -15,8 +15,8 @@ from spica_core.space.facts import backend_version
 from spica_core.space.parallel import ParallelConfig, Shape
 from spica_core.errors import PlannerConfigError
 from spica_core.planner import Budget, PlannerPolicy, PlannerSettings, RoleCapability
-from spica_core.evaluate.profiles import EngineShape, profile_path
-from spica_core.evaluate.candidate import Candidate, Context, LoadPredictorChoice
+from spica_core.space.profiles import EngineShape, profile_path
+from spica_core.deployment import Candidate, Context, LoadPredictorChoice
 from spica_core.evaluate.traces import write_sine_trace
 
 MODEL = "Qwen/Qwen3-32B"

@@ -13,8 +13,8 @@ from spica_core.config.knobs import QUANTIZATIONS
 from spica_core.config.model import SmartSearchConfig
 from spica_core.emit.crd import check_manifest
 from spica_core.emit.manifests import manifest
-from spica_core.evaluate.candidate import Candidate
-from spica_core.evaluate.profiles import EngineShape, StepTimes, profile_path
+from spica_core.deployment import Candidate
+from spica_core.space.profiles import EngineShape, StepTimes, profile_path
 from spica_core.search.candidates import CandidateSpace
 from spica_core.space.branches import Variant, enumerate_branches
 from spica_core.space.facts import backend_version
@@ -173,7 +173,7 @@ def test_a_precision_the_engine_cannot_quantize_to_asks_for_a_checkpoint_not_an_
 def test_a_host_bound_block_fp8_gemm_table_is_timed_as_per_tensor_fp8(tmp_path: Path) -> None:
     """vLLM's block-FP8 GEMM rows carry a flat host-side floor that CUDA-graph decode does not pay;
     SGLang's rows for the same kernels do not, so they keep their own table."""
-    from spica_core.evaluate.profiles import timing_shape
+    from spica_core.space.profiles import timing_shape
 
     model, own = "Qwen/Qwen3-32B-FP8", precision_of("Qwen/Qwen3-32B-FP8", None, "bf16")
     vllm = EngineShape.of(model, SKU, "vllm", backend_version(SKU, "vllm"), Shape(2), own)
@@ -187,6 +187,6 @@ def test_a_host_bound_block_fp8_gemm_table_is_timed_as_per_tensor_fp8(tmp_path: 
     table = StepTimes(profile_path(vllm, tmp_path))
     meta = json.loads(profile_path(vllm, tmp_path).with_suffix(".json").read_text())
     assert meta["resolved_quant"]["gemm_quant_mode"] == "fp8_block" and meta["timed_quant"]["gemm_quant_mode"] == "fp8"
-    from spica_core.evaluate.profiles import step_engine
+    from spica_core.space.profiles import step_engine
     raw = step_engine(vllm)[1].decode_step_latency(1, 1024, 0)
     assert table.decode_ms(1024, 1) < 0.8 * raw

@@ -9,9 +9,10 @@ import pytest
 
 from spica_core.space.precision import precision_of
 from spica_core.config import SmartSearchConfig
-from spica_core.evaluate import Candidate, EvalRequest, Outcome, evaluate_one, sla_kwargs
+from spica_core.deployment import Candidate
+from spica_core.evaluate import EvalRequest, Outcome, evaluate_one, sla_kwargs
 from spica_core.evaluate.engine_args import build_engine_args, router_kwargs
-from spica_core.evaluate.profiles import EngineShape, step_engine
+from spica_core.space.profiles import EngineShape, step_engine
 from spica_core.evaluate.replay import ReplaySpec, run_replay
 from spica_core.evaluate.traces import write_poisson_trace
 from spica_core.evaluate.workload import replay_workload

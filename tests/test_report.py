@@ -13,7 +13,8 @@ from spica_core.emit.records import CandidateRecord, Provenance
 from spica_core.emit.report import (
     ReportFiles, ReportInputs, backend_groups, fmt, progress_series, render_markdown, trace_profile, write_report,
 )
-from spica_core.evaluate import Candidate, Status
+from spica_core.deployment import Candidate
+from spica_core.evaluate import Status
 from spica_core.evaluate.traces import write_mooncake_trace, write_poisson_trace
 from spica_core.search import Tally, Trial, rank_trials
 from spica_core.space.parallel import ParallelConfig

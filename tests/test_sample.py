@@ -8,7 +8,7 @@ import pytest
 from spica_core.config.model import SmartSearchConfig
 from spica_core.errors import SpicaError
 from spica_core.space.parallel import ParallelConfig
-from spica_core.evaluate.candidate import Candidate, KVLoad, LoadPredictorChoice
+from spica_core.deployment import Candidate, KVLoad, LoadPredictorChoice
 
 
 def unroll_sample(space: Any, selection: dict[str, Any], parallel: ParallelConfig,

@@ -12,7 +12,8 @@ from typing import Any, Sequence
 import pytest
 
 from spica_core.config.model import SmartSearchConfig
-from spica_core.evaluate import Candidate, EvalRequest, Outcome, SequentialEvaluator, Status
+from spica_core.deployment import Candidate
+from spica_core.evaluate import EvalRequest, Outcome, SequentialEvaluator, Status
 from spica_core.run.catalog import RunDir
 from spica_core.search import costs as search_costs
 from spica_core.search import (

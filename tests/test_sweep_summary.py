@@ -5,7 +5,8 @@ from typing import Any
 
 from spica_cli.sweep import render_summary
 from spica_core.config.model import SmartSearchConfig
-from spica_core.evaluate import Candidate, Status
+from spica_core.deployment import Candidate
+from spica_core.evaluate import Status
 from spica_core.search import SweepSummary, Tally, Trial, rank_trials
 from spica_core.space.parallel import ParallelConfig
 

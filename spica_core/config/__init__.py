@@ -26,6 +26,9 @@ _FROM: dict[str, str] = {
     ), "policies"),
     **dict.fromkeys(("branch_knob_choices",), "pruning"),
     **dict.fromkeys(("describe", "searched_knobs"), "summary"),
+    **dict.fromkeys(("DEFAULT_KV_CACHE_DTYPE",), "knobs"),
+    **dict.fromkeys(("CLUSTER_FORMS", "parse_cluster_address"), "model"),
+    **dict.fromkeys(("TRACE_BLOCK_SIZE", "TraceSummary", "check_trace", "read_trace", "trace_lines"), "trace"),
 }
 
 
@@ -49,6 +52,9 @@ if TYPE_CHECKING:  # what type checkers and editors see
     )
     from spica_core.config.pruning import branch_knob_choices
     from spica_core.config.summary import describe, searched_knobs
+    from spica_core.config.knobs import DEFAULT_KV_CACHE_DTYPE
+    from spica_core.config.model import CLUSTER_FORMS, parse_cluster_address
+    from spica_core.config.trace import TRACE_BLOCK_SIZE, TraceSummary, check_trace, read_trace, trace_lines
 
 __all__ = [
     "COMPOSITE_PRESETS", "ENGINE_KNOBS", "INT_KNOBS", "KV_ROUTER_KNOBS", "PREDICTOR_FAMILIES",
@@ -57,5 +63,7 @@ __all__ = [
     "SmartSearchConfig", "SweepConfig", "SweepPolicy", "VizierAlgorithm", "Workload", "issues_from",
     "PolicyEntry", "PolicyFilter", "filter_for_goal", "filter_scaling_policies", "planner_target",
     "scaling_flags", "throughput_intervals", "with_policies", "branch_knob_choices", "describe",
-    "searched_knobs"
+    "searched_knobs",
+    "CLUSTER_FORMS", "DEFAULT_KV_CACHE_DTYPE", "TRACE_BLOCK_SIZE", "TraceSummary", "check_trace", "lazy_names",
+    "parse_cluster_address", "read_trace", "trace_lines",
 ]

@@ -5,32 +5,16 @@ messages do not list the allowed keys; a user needs both to fix a config.
 """
 from __future__ import annotations
 
-import re
-from typing import Any
+from typing import Any, get_args
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Tag, ValidationError
 
-from spica_core.config.model import (
-    OptimizationGoal,
-    ParallelShape,
-    SearchSpace,
-    SLATarget,
-    SmartSearchConfig,
-    SweepConfig,
-    Workload,
-)
 from spica_core.errors import FieldError, Issue
 
 # Location parts that pydantic adds for unions and validators: never YAML keys.
 _UNION_TAGS = ("agg", "disagg")
 _VALIDATOR_PARTS = ("str", "dict[str,any]", "function-before[check()]", "function-after[check()]")
 
-_MODELS_AT: dict[str, type[BaseModel]] = {
-    "": SmartSearchConfig, "search_space": SearchSpace, "workload": Workload, "goal": OptimizationGoal,
-    "sweep": SweepConfig, "goal.sla": SLATarget,
-}
-_PARALLEL_ENTRY = re.compile(r"search_space\.parallel_configs\[\d+\]")
-_PARALLEL_ROLE = re.compile(r"search_space\.parallel_configs\[\d+\]\.(prefill|decode)")
 
 
 def _format_loc(loc: tuple[Any, ...]) -> str:
@@ -47,15 +31,34 @@ def _format_loc(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def _allowed_keys(parent: str) -> list[str] | None:
-    """The keys the mapping at ``parent`` accepts (None when it is not a known mapping)."""
-    if parent in _MODELS_AT:
-        return list(_MODELS_AT[parent].model_fields)
-    if _PARALLEL_ROLE.fullmatch(parent):
-        return list(ParallelShape.model_fields)
-    if _PARALLEL_ENTRY.fullmatch(parent):
-        return list(ParallelShape.model_fields) + ["(disagg: prefill, decode)"]
-    return None
+def _models_in(annotation: Any, tag: str | None = None) -> list[tuple[type[BaseModel], str | None]]:
+    """The pydantic models a field can hold, through Optional, unions, lists and dicts, each with its union tag."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [(annotation, tag)]
+    args = get_args(annotation)
+    tag = next((a.tag for a in args if isinstance(a, Tag)), tag)
+    return [found for arg in args for found in _models_in(arg, tag)]
+
+
+def _allowed_keys(root: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | None:
+    """The keys the mapping at pydantic location ``loc`` accepts, found by walking the root model's fields
+    (None when ``loc`` is not a model). In a tagged union the location names the member; the other
+    members' keys follow as a hint, e.g. ``(disagg: prefill, decode)`` for a parallel_configs entry."""
+    models: list[tuple[type[BaseModel], str | None]] = [(root, None)]
+    for part in loc:
+        if isinstance(part, int) or part in _VALIDATOR_PARTS:
+            continue
+        if any(tag == part for _, tag in models):
+            models = [m for m in models if m[1] == part] + [m for m in models if m[1] != part]
+            continue
+        fields = models[0][0].model_fields
+        if part not in fields:
+            return None
+        models = _models_in(fields[part].annotation)
+        if not models:
+            return None
+    keys = list(models[0][0].model_fields)
+    return keys + [f"({tag}: {', '.join(model.model_fields)})" for model, tag in models[1:] if tag]
 
 
 def _lookup(data: Any, loc: tuple[Any, ...]) -> tuple[bool, Any]:
@@ -73,8 +76,8 @@ def _lookup(data: Any, loc: tuple[Any, ...]) -> tuple[bool, Any]:
     return True, cur
 
 
-def issues_from(exc: ValidationError, data: Any) -> list[Issue]:
-    """Turn pydantic errors into YAML-path issues with value and allowed values."""
+def issues_from(exc: ValidationError, data: Any, root: type[BaseModel]) -> list[Issue]:
+    """Turn pydantic errors of validating ``data`` as ``root`` into YAML-path issues with value and allowed values."""
     issues: list[Issue] = []
     for err in exc.errors():
         loc = tuple(err["loc"])
@@ -89,7 +92,7 @@ def issues_from(exc: ValidationError, data: Any) -> list[Issue]:
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, "):]
         if err["type"] == "extra_forbidden":
-            allowed = _allowed_keys(_format_loc(loc[:-1]))
+            allowed = _allowed_keys(root, loc[:-1])
             msg = "unknown key" + (f"; allowed keys: {allowed}" if allowed else "")
             issues.append(Issue(path, msg))
             continue

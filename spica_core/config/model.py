@@ -27,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from spica_core.config.issues import issues_from
 from spica_core.config.knobs import (
     COMPOSITE_DICT_KEYS,
     COMPOSITE_FIELD_TYPES,
@@ -619,12 +620,10 @@ class SmartSearchConfig(_Model):
         if not isinstance(data, dict):
             raise ConfigError(source, [Issue("", "the config must be a mapping with search_space, workload, "
                                              "goal and sweep", data, True)])
-        from spica_core.config.issues import issues_from  # issues.py imports the models defined here
-
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise ConfigError(source, issues_from(exc, data)) from None
+            raise ConfigError(source, issues_from(exc, data, cls)) from None
 
     def trace_file(self, base_dir: str | Path) -> Path | None:
         """The trace path resolved against the config file's folder (absolute paths unchanged)."""

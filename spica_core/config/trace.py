@@ -12,7 +12,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from spica_core.errors import TraceError, excerpt
 
@@ -368,6 +368,45 @@ OVER_CONTEXT_HINT = ("set workload.over_context: drop (leave them out of the rep
                      "the server rejects at once), or raise context_length")
 
 
+@dataclass(frozen=True)
+class TraceRow:
+    """What Spica reads of one request (the replay reads the file itself)."""
+
+    timestamp_ms: float
+    input_length: int
+    output_length: int
+
+
+def _field(row: dict[str, Any], field: str) -> Any:
+    for name in FIELD_ALIASES[field]:
+        if name in row:
+            return row[name]
+    raise KeyError(field)
+
+
+def trace_lines(path: str | Path) -> Iterator[tuple[str, TraceRow]]:
+    """Each non-blank line of a trace with its fields: the one place trace rows are parsed.
+
+    Meant for a trace ``check_trace`` accepted; a line that changed since raises TraceError naming it."""
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                parsed = TraceRow(float(_field(row, "timestamp")), int(_field(row, "input_length")),
+                                  int(_field(row, "output_length")))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise TraceError(f"{path}:{lineno}: not a mooncake row ({type(exc).__name__}); need timestamp, "
+                                 "input_length, output_length") from None
+            yield line, parsed
+
+
+def read_trace(path: str | Path) -> Iterator[TraceRow]:
+    """The rows of a trace ``check_trace`` accepted, in file order."""
+    return (row for _, row in trace_lines(path))
+
+
 def check_trace(path: str | Path, *, max_seq_len: int, block_size: int = TRACE_BLOCK_SIZE,
                 shown: int = DEFAULT_SHOWN, over_context: str = "refuse") -> TraceSummary:
     """Validate a mooncake trace against the replay's format and the context length; raises TraceError listing problems.
@@ -416,4 +455,4 @@ def check_trace(path: str | Path, *, max_seq_len: int, block_size: int = TRACE_B
 
 
 __all__ = ["DEFAULT_SHOWN", "FIELD_ALIASES", "HASH_ID_LIMIT", "MAX_LINE_BYTES",
-           "TRACE_BLOCK_SIZE", "TraceSummary", "check_trace"]
+           "TRACE_BLOCK_SIZE", "TraceRow", "TraceSummary", "check_trace", "read_trace", "trace_lines"]

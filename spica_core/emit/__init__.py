@@ -20,7 +20,8 @@ from spica_core.emit.records import CandidateRecord, Provenance, to_csv
 from spica_core.emit.report import ReportFiles, ReportInputs, write_report
 
 __all__ = [
-    "AICEstimate", "CandidateRecord", "DEFAULT_TOP", "EmitOptions", "Emitted", "FinishedRun", "ManifestOptions", "Provenance",
+    "AICEstimate", "CandidateRecord", "DEFAULT_TOP", "EmitOptions", "Emitted", "FinishedRun", "ManifestOptions",
+    "Provenance",
     "ReportFiles", "ReportInputs", "aic_estimate", "aic_estimates", "check_manifest", "emit_outputs", "load_records",
     "manifest", "manifest_yaml", "provenance_of", "records_of", "tally_dict", "to_csv", "write_candidate_files",
     "write_manifests", "write_report",

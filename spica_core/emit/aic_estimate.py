@@ -67,8 +67,8 @@ from functools import lru_cache
 from typing import Any
 
 from spica_core.errors import NoPerfDatabaseError, UnknownModelError, UnknownSystemError
-from spica_core.evaluate.candidate import Candidate
-from spica_core.evaluate.profiles import EngineShape, model_config
+from spica_core.deployment import Candidate
+from spica_core.space.profiles import EngineShape, model_config
 from spica_core.space.facts import aic_version
 from spica_core.space.facts import backend_version, model_facts, quiet_aic
 

@@ -30,6 +30,8 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from spica_core.planner import planner_config_problems
+
 API_GROUP = "nvidia.com"
 API_VERSION = "nvidia.com/v1beta1"
 KIND = "DynamoGraphDeployment"
@@ -758,18 +760,18 @@ def _planner_problems(where: str, main: Mapping[str, Any]) -> list[str]:
     load_on = bool(config.get("enable_load_scaling", False))
     if not (throughput_on or load_on):
         out.append(f"{where}: planner --config enables no scaling mode")
+    def number(key: str, default: float | None = None) -> float | None:
+        value = config.get(key, default)
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
     bucket = config.get("fpm_sample_bucket_size")
-    if isinstance(bucket, int) and (bucket < 0 or math.isqrt(bucket) ** 2 != bucket):
-        out.append(f"{where}: planner fpm_sample_bucket_size {bucket} must be a perfect square")
-    load_iv = config.get("load_adjustment_interval_seconds", 5)
-    tp_iv = config.get("throughput_adjustment_interval_seconds", 180)
-    if (throughput_on and load_on and isinstance(load_iv, (int, float)) and isinstance(tp_iv, (int, float))
-            and not load_iv < tp_iv and config.get("optimization_target", "sla") == "sla"):
-        out.append(f"{where}: planner load_adjustment_interval_seconds ({load_iv}) must be shorter than "
-                   f"throughput_adjustment_interval_seconds ({tp_iv}) when both scaling modes are on")
-    sensitivity = config.get("load_scaling_down_sensitivity")
-    if isinstance(sensitivity, (int, float)) and not 0 <= sensitivity <= 100:
-        out.append(f"{where}: planner load_scaling_down_sensitivity {sensitivity} must be within 0..100")
+    # PlannerConfig's easy modes run load scaling alone, so the interval order only binds the sla target.
+    both = throughput_on and load_on and config.get("optimization_target", "sla") == "sla"
+    out += [f"{where}: planner {p}" for p in planner_config_problems(
+        load_on=both, throughput_on=both, load_interval_s=number("load_adjustment_interval_seconds", 5),
+        throughput_interval_s=number("throughput_adjustment_interval_seconds", 180),
+        bucket=bucket if isinstance(bucket, int) and not isinstance(bucket, bool) else None,
+        sensitivity=number("load_scaling_down_sensitivity"))]
     if config.get("mode") == "agg" and ({"prefill_min_endpoint", "decode_min_endpoint"} & set(config)):
         out.append(f"{where}: planner prefill_/decode_min_endpoint are rejected in agg mode (use min_endpoint)")
     if config.get("optimization_target") == "load":

@@ -25,8 +25,8 @@ import yaml
 
 from spica_core.emit.crd import API_VERSION, DNS_LABEL, GPU_RESOURCE, KIND, MAIN_CONTAINER, SEMVER_TAG, image_tag
 from spica_core.errors import ManifestError, PlannerConfigError, SpicaError
-from spica_core.evaluate.candidate import Candidate, EngineKnobs
-from spica_core.run.fingerprint import canonical_json, fingerprint
+from spica_core.deployment import Candidate, EngineKnobs
+from spica_core.store import canonical_json, fingerprint
 from spica_core.space.parallel import Shape
 
 if TYPE_CHECKING:

@@ -20,8 +20,9 @@ from spica_core.emit.manifests import ManifestOptions, manifest, manifest_yaml
 from spica_core.emit.records import CandidateRecord, Provenance, to_csv
 from spica_core.emit.report import ReportFiles, ReportInputs, write_report
 from spica_core.errors import ManifestError, RunDirError
-from spica_core.evaluate.traces import read_trace
-from spica_core.run.catalog import CATALOG, RunDir, write_file
+from spica_core.predictors.windows import read_arrivals
+from spica_core.run.catalog import CATALOG, RunDir
+from spica_core.store import write_file
 from spica_core.run.identity import RunIdentity, config_from_row
 from spica_core.search.ranking import RankedCandidate
 from spica_core.search.trials import Tally, Trial
@@ -169,10 +170,10 @@ def aic_estimates(records: Sequence[CandidateRecord], config: SmartSearchConfig,
 def _mean_lengths(trace_file: Path | None) -> tuple[int, int]:
     if trace_file is None or not trace_file.is_file():
         return 0, 0
-    n = total_in = total_out = 0
-    for row in read_trace(trace_file):
-        n, total_in, total_out = n + 1, total_in + row.input_length, total_out + row.output_length
-    return (round(total_in / n), round(total_out / n)) if n else (0, 0)
+    arrivals = read_arrivals(trace_file)
+    if arrivals.timestamp_ms.size == 0:
+        return 0, 0
+    return round(float(arrivals.input_length.mean())), round(float(arrivals.output_length.mean()))
 
 
 def emit_outputs(run_dir: RunDir, records: Sequence[CandidateRecord], options: EmitOptions, *,

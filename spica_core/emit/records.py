@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 from spica_core.evaluate.bands import Band, bands_from_dict, bands_to_dict
-from spica_core.evaluate.candidate import Candidate
+from spica_core.deployment import Candidate
 from spica_core.evaluate.headroom import Headroom
 from spica_core.search.ranking import RankedCandidate
 

@@ -19,15 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spica_core.config.model import MINIMIZED_TARGETS, OptimizationTarget, SmartSearchConfig
+from spica_core.config.model import SmartSearchConfig
 from spica_core.emit.rechecks import CHECK_CONFIDENCE, ConfidenceCheck, sla_moves_score
 from spica_core.emit.records import CandidateRecord, Provenance
 from spica_core.evaluate.bands import Band
 from spica_core.errors import SpicaError
-from spica_core.evaluate.candidate import Candidate
+from spica_core.deployment import Candidate
 from spica_core.evaluate.evaluator import Status
-from spica_core.evaluate.scoring import avg_gpu
-from spica_core.run.catalog import write_file
+from spica_core.evaluate.scoring import avg_gpu, minimised, raw_value
+from spica_core.store import write_file
 from spica_core.search.trials import Tally, Trial, reason_class
 from spica_core.space.branches import config_strategy
 
@@ -161,14 +161,7 @@ def _target_label(objective: str) -> tuple[str, str]:
 
 
 def _direction(objective: str) -> str:
-    return "lower is better" if _minimised(objective) else "higher is better"
-
-
-def _minimised(objective: str) -> bool:
-    try:
-        return OptimizationTarget(objective) in MINIMIZED_TARGETS
-    except ValueError:
-        return False
+    return "lower is better" if minimised(objective) else "higher is better"
 
 
 def _cell(text: Any) -> str:
@@ -194,11 +187,11 @@ class _Goal:
 
     def raw(self, score: float) -> float:
         """The first objective's value: a scalar score is signed; a Pareto score is already raw."""
-        return score if self.pareto or not _minimised(self.first) else -score
+        return score if self.pareto else raw_value(self.first, score)
 
     def better_key(self, score: float) -> float:
         """Higher is better, for both kinds of score."""
-        return -score if self.pareto and _minimised(self.first) else score
+        return -score if self.pareto and minimised(self.first) else score
 
     def axis_label(self) -> str:
         label, unit = _target_label(self.first)
@@ -254,24 +247,18 @@ _NICE_BINS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)
 
 def trace_profile(path: Path, bins: int = 60) -> TraceProfile:
     """Arrivals per time bin (about ``bins`` bins of a round width) and mean lengths of a mooncake trace."""
-    from spica_core.evaluate.traces import read_trace
+    from spica_core.predictors.windows import read_arrivals, windows_from_arrivals
 
-    stamps: list[float] = []
-    total_in = total_out = 0
-    for row in read_trace(path):
-        stamps.append(row.timestamp_ms / 1000.0)
-        total_in += row.input_length
-        total_out += row.output_length
-    n = len(stamps)
+    arrivals = read_arrivals(path)
+    n = int(arrivals.timestamp_ms.size)
     if n == 0:
         return TraceProfile(0, 0.0, 0.0, 0.0, 1.0, ())
-    start, end = min(stamps), max(stamps)
+    start, end = float(arrivals.timestamp_ms.min()) / 1000.0, float(arrivals.timestamp_ms.max()) / 1000.0
     span = end - start
     width = float(next((b for b in _NICE_BINS if b * bins >= span), math.ceil(span / bins)))
-    counts = [0] * (int(span // width) + 1)
-    for s in stamps:
-        counts[int((s - start) // width)] += 1
-    return TraceProfile(n, span, total_in / n, total_out / n, width, tuple(c / width for c in counts))
+    windows = windows_from_arrivals(arrivals, width, origin_s=start)
+    return TraceProfile(n, span, float(arrivals.input_length.mean()), float(arrivals.output_length.mean()), width,
+                        tuple(w.num_req / width for w in windows))
 
 
 # ---------------------------------------------------------------- markdown
@@ -544,9 +531,9 @@ def _why(goal: _Goal, winner: CandidateRecord, runner: CandidateRecord, budget: 
     if goal.pareto:
         w, r = winner.objectives or {}, runner.objectives or {}
         better = [o for o in goal.objectives if o in w and o in r
-                  and (w[o] < r[o] if _minimised(o) else w[o] > r[o])]
+                  and (w[o] < r[o] if minimised(o) else w[o] > r[o])]
         worse = [o for o in goal.objectives if o in w and o in r
-                 and (w[o] > r[o] if _minimised(o) else w[o] < r[o])]
+                 and (w[o] > r[o] if minimised(o) else w[o] < r[o])]
         parts = ", ".join(f"{o} {fmt(w[o], _target_label(o)[1])} vs {fmt(r[o], _target_label(o)[1])}"
                           for o in goal.objectives if o in w and o in r)
         return [f"A Pareto front has no single winner: rank {winner.rank} is the first point of the front "

@@ -40,7 +40,7 @@ from typing import Any
 from spica_core.config.model import CLUSTER_FORMS, parse_cluster_address
 from spica_core.errors import ClusterError, RemoteTaskError, WorkerLost
 from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status, evaluate_in_worker
-from spica_core.evaluate.pool import POLL_S, EvalPool, WorkerGroup, evaluate_all, late
+from spica_core.evaluate.workers import POLL_S, WorkerGroup, check_abandoned, evaluate_all, late, warm_engines
 
 log = logging.getLogger(__name__)
 
@@ -60,16 +60,6 @@ STEAL_AFTER_S = 1.0       # a slot that runs dry takes a candidate queued behind
 # ---------------------------------------------------------------- worker side
 
 
-def _warm() -> int:
-    """Import the engines once per worker process (as the pool's workers do before their first deadline)."""
-    os.environ.setdefault("DYN_LOG", "error")
-    import dynamo._core  # noqa: F401
-
-    from spica_core.evaluate import engine_args, replay  # noqa: F401
-    from spica_core.planner import make_policy  # noqa: F401
-    return os.getpid()
-
-
 async def _die() -> int:
     """Run on a Dask worker's event loop: SIGKILL this worker process shortly after replying (the replay
     thread cannot be interrupted; the nanny starts a new worker)."""
@@ -84,7 +74,7 @@ class _EvalActor:
     """A Ray actor: one process, engines imported once, one evaluation at a time."""
 
     def __init__(self) -> None:
-        self.pid = _warm()
+        self.pid = warm_engines()
 
     def ready(self) -> int:
         return self.pid
@@ -251,7 +241,7 @@ class ClusterEvaluator(WorkerGroup):
         return done
 
     def _turn(self, backend: _DaskBackend | _RayBackend, fifo: dict[Any, list[_Task]], timeout: float) -> None:
-        EvalPool._check_abandoned()
+        check_abandoned()
         for slot, reason in backend.dead():  # (reason None: retired, its evaluations are not to blame)
             self._drop(slot, reason)
         self._dispatch()
@@ -270,7 +260,7 @@ class ClusterEvaluator(WorkerGroup):
             first = min(started) + float(self.max_eval_seconds)
             timeout = min(timeout, max(0.0, first - time.perf_counter()))
         done = backend.wait([t.handle for t in tasks], min(timeout, POLL_S))
-        EvalPool._check_abandoned()
+        check_abandoned()
         backend.fetch(done)
         for slot in list(fifo):
             for task in [t for t in fifo.get(slot, []) if t.handle in done]:
@@ -471,7 +461,7 @@ class _DaskBackend:
             w = self._workers.get(addr)
             if w is None:
                 w = _DaskWorker(addr, incarnation, max(1, int(info[addr].get("nthreads", 1))))
-                w.warm = self.client.submit(_warm, key=f"{self._prefix}-warm-{uuid.uuid4().hex}", workers=[addr],
+                w.warm = self.client.submit(warm_engines, key=f"{self._prefix}-warm-{uuid.uuid4().hex}", workers=[addr],
                                             allow_other_workers=False, pure=False)
                 self._workers[addr] = w
             w.status = str(info[addr].get("status", "running"))
@@ -536,7 +526,7 @@ class _DaskBackend:
             if w.warm.done():
                 fut, w.warm = w.warm, None
                 if fut.status == "cancelled":  # by someone else: warm it again
-                    w.warm = self.client.submit(_warm, key=f"{self._prefix}-warm-{uuid.uuid4().hex}",
+                    w.warm = self.client.submit(warm_engines, key=f"{self._prefix}-warm-{uuid.uuid4().hex}",
                                                 workers=[w.address], allow_other_workers=False, pure=False)
                     continue
                 try:

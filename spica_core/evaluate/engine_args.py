@@ -15,8 +15,8 @@ from typing import Any
 from spica_core.errors import InfeasibleKVCapacityError, RejectedEngineArgsError
 from spica_core.space.facts import model_facts
 from spica_core.space.parallel import Shape
-from spica_core.evaluate.profiles import EngineShape, kv_blocks_per_rank, profile_path, timing_model
-from spica_core.evaluate.candidate import Candidate, HostOffload, Router
+from spica_core.space.profiles import EngineShape, kv_blocks_per_rank, profile_path, timing_model
+from spica_core.deployment import Candidate, HostOffload, Router
 
 os.environ.setdefault("DYN_LOG", "error")
 

@@ -23,7 +23,7 @@ from spica_core.errors import (
     SpicaError,
 )
 from spica_core.evaluate.bands import Band, load_bands
-from spica_core.evaluate.candidate import Candidate
+from spica_core.deployment import Candidate
 
 os.environ.setdefault("DYN_LOG", "error")
 

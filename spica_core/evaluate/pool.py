@@ -16,17 +16,18 @@ import contextlib
 import multiprocessing as mp
 import os
 import signal
-import threading
 import time
 import weakref
 from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection, wait
-from typing import Any, Protocol, Self
+from typing import Any
 
-from spica_core.errors import EvaluationsAbandoned, SpicaError, WorkerStoppedError
+from spica_core.errors import SpicaError, WorkerStoppedError
 from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status, evaluate_in_worker, evaluate_one
+from spica_core.evaluate.workers import (
+    ABANDONED, POLL_S, WorkerGroup, check_abandoned, evaluate_all, late, warm_engines,
+)
 
-POLL_S = 0.5          # longest the parent blocks without running Python (so signal handlers can run)
 TERM_GRACE_S = 1.0    # SIGTERM → SIGKILL
 CLOSE_GRACE_S = 2.0   # a polite stop (None sent) → SIGTERM
 
@@ -36,57 +37,11 @@ CLOSE_GRACE_S = 2.0   # a polite stop (None sent) → SIGTERM
 _STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 
 
-class Evaluator(Protocol):
-    """Anything that runs evaluations, as a stream or a batch; a context manager that releases its
-    processes on exit. ``workers`` is how many evaluations it runs at once.
-
-    The stream is what a search uses, so that a worker that frees up gets the next candidate at once:
-    ``submit`` starts one evaluation (only while ``capacity()`` is positive) and returns its ticket;
-    ``poll`` waits up to ``timeout`` seconds and returns the ``(ticket, outcome)`` pairs finished since
-    the last call. ``evaluate_batch`` is the stream run to the end, outcomes in request order.
-    """
-
-    workers: int
-
-    def __enter__(self) -> Evaluator: ...
-
-    def __exit__(self, exc_type: Any, *exc: Any) -> None: ...
-
-    def spawn(self) -> None: ...
-
-    def capacity(self) -> int: ...
-
-    def submit(self, request: EvalRequest) -> int: ...
-
-    def poll(self, timeout: float) -> list[tuple[int, Outcome]]: ...
-
-    def in_flight(self) -> int: ...
-
-    def evaluate_batch(self, requests: Sequence[EvalRequest]) -> list[Outcome]: ...
-
-
-def evaluate_all(evaluator: Evaluator, requests: Sequence[EvalRequest]) -> list[Outcome]:
-    """A batch through the stream: each free slot takes the next request, outcomes in request order."""
-    results: dict[int, Outcome] = {}
-    tickets: dict[int, int] = {}
-    queue = list(range(len(requests)))
-    while queue or tickets:
-        while queue and evaluator.capacity() > 0:
-            i = queue.pop(0)
-            tickets[evaluator.submit(requests[i])] = i
-        for ticket, outcome in evaluator.poll(POLL_S):
-            results[tickets.pop(ticket)] = outcome
-    return [results[i] for i in range(len(requests))]
-
-
 def _worker_main(conn: Connection) -> None:
     """Worker loop: import the engines once, then evaluate requests until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides (it was blocked since fork anyway)
     os.environ.setdefault("DYN_LOG", "error")
-    import dynamo._core  # noqa: F401 - warm the runtime before the first deadline starts
-
-    from spica_core.evaluate import engine_args, replay  # noqa: F401
-    from spica_core.planner import make_policy  # noqa: F401
+    warm_engines()  # before the first deadline starts
 
     try:
         conn.send(("ready", os.getpid()))
@@ -201,49 +156,12 @@ def _join_all(workers: Sequence[_Worker], timeout: float) -> None:
         w.proc.join(max(0.0, end - time.monotonic()))
 
 
-class WorkerGroup:
-    """Evaluation processes as a context manager. The first batch starts (warms) them, not entering, so a
-    resumed run with nothing left to evaluate never starts any; leaving normally lets them finish politely,
-    leaving on an exception (a stop signal) stops them at once."""
-
-    def start(self) -> None:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-    def terminate(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, exc_type: Any, *exc: Any) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.terminate()
-
-
-def late(request: EvalRequest, elapsed: float, max_eval_seconds: float | None) -> Outcome | None:
-    """The "exceed runtime" outcome of a candidate whose deadline has passed, else None. A result that
-    arrives after its deadline (the parent was descheduled on a busy machine) is late too, so the hard
-    deadline does not depend on how promptly the parent polls."""
-    if max_eval_seconds is None or elapsed < float(max_eval_seconds):
-        return None
-    return Outcome(Status.infeasible, request.candidate, f"exceed runtime: replay > {max_eval_seconds:g}s",
-                   timings={"wall_s": elapsed}, eval_id=request.eval_id)
-
-
 _LIVE: weakref.WeakSet[EvalPool] = weakref.WeakSet()
-_ABANDONED = threading.Event()
-
-
 def abandon_all() -> None:
     """For a process that is about to ``os._exit``, from any thread: stop keeping outcomes, then SIGKILL every
     worker of every pool (no waiting; the kernel reaps them with the parent). The order matters: a pool
     that then sees a dead worker raises :class:`EvaluationsAbandoned` instead of recording a crash."""
-    _ABANDONED.set()
+    ABANDONED.set()
     for pool in list(_LIVE):
         for w in list(pool._pool):
             pid = w.proc.pid
@@ -337,13 +255,13 @@ class EvalPool(WorkerGroup):
             raise RuntimeError("submit() needs an idle worker: check capacity() first")
         ticket = self._tickets = self._tickets + 1
         if not self._pool[slot].wait_ready(self.START_TIMEOUT_S):  # a replaced worker warms up first
-            self._check_abandoned()
+            check_abandoned()
             raise SpicaError("an evaluation worker process failed to start")
         try:
             self._pool[slot].conn.send((time.perf_counter(), request))
             self._running[slot] = (ticket, request, time.perf_counter())
         except (OSError, BrokenPipeError) as exc:
-            self._check_abandoned()
+            check_abandoned()
             self._finished.append((ticket, Outcome(Status.failed, request.candidate, f"worker unavailable: {exc}",
                                                    eval_id=request.eval_id)))
             self._replace(slot)
@@ -352,14 +270,14 @@ class EvalPool(WorkerGroup):
     def poll(self, timeout: float) -> list[tuple[int, Outcome]]:
         """Wait up to ``timeout`` (and at most until the first deadline) for results; a candidate past its
         deadline is infeasible and its worker is replaced."""
-        self._check_abandoned()
+        check_abandoned()
         if self._running and not self._finished:
             wait_s = min(timeout, POLL_S)
             if self.max_eval_seconds is not None:
                 first_deadline = min(start for _, _, start in self._running.values()) + float(self.max_eval_seconds)
                 wait_s = min(wait_s, max(0.0, first_deadline - time.perf_counter()))
             ready = wait([self._pool[slot].conn for slot in self._running], timeout=wait_s)
-            self._check_abandoned()
+            check_abandoned()
             by_conn = {self._pool[slot].conn: slot for slot in self._running}
             for conn in ready:
                 slot = by_conn[conn]  # type: ignore[index]
@@ -382,11 +300,6 @@ class EvalPool(WorkerGroup):
         never holds the others back; each candidate's deadline counts from its own start."""
         return evaluate_all(self, requests)
 
-    @staticmethod
-    def _check_abandoned() -> None:
-        if _ABANDONED.is_set():
-            raise EvaluationsAbandoned()
-
     def _receive(self, slot: int, request: EvalRequest, start: float) -> Outcome:
         """The outcome a worker sends back, or ``failed`` when it died (a native crash) on the way."""
         worker = self._pool[slot]
@@ -396,7 +309,7 @@ class EvalPool(WorkerGroup):
             return outcome
         except (EOFError, OSError):
             worker.proc.join(1.0)
-            self._check_abandoned()
+            check_abandoned()
             code = worker.proc.exitcode
             if code is not None and code < 0 and -code in _STOP_SIGNALS:
                 raise WorkerStoppedError(f"evaluation worker {worker.proc.pid} was stopped by "
@@ -448,18 +361,4 @@ class SequentialEvaluator:
         return evaluate_all(self, requests)
 
 
-def make_evaluator(parallel_evals: int, max_eval_seconds: float | None,
-                   cluster: str | None = None) -> Evaluator:
-    """Where a sweep's evaluations run: on the cluster at ``cluster`` (``tcp://`` Dask, ``ray://`` Ray), else
-    in a pool of ``parallel_evals`` local processes, else (1) in this process."""
-    if cluster is not None:
-        from spica_core.evaluate.cluster import ClusterEvaluator  # (cluster.py builds on this module)
-
-        return ClusterEvaluator(cluster, max_eval_seconds)
-    if parallel_evals <= 1:
-        return SequentialEvaluator()
-    return EvalPool(parallel_evals, max_eval_seconds)
-
-
-__all__ = ["Evaluator", "EvalPool", "evaluate_all", "late", "EvaluationsAbandoned", "SequentialEvaluator", "WorkerStoppedError", "abandon_all",
-           "make_evaluator"]
+__all__ = ["EvalPool", "SequentialEvaluator", "abandon_all"]

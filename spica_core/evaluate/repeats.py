@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from spica_core.errors import SpicaError
-from spica_core.evaluate.candidate import Candidate
+from spica_core.deployment import Candidate
 from spica_core.evaluate.evaluator import EvalRequest, Outcome, evaluate_one
 
 DEFAULT_REPEATS = 3

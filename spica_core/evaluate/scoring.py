@@ -60,9 +60,22 @@ def metric_value(target: OptimizationTarget | str, report: Mapping[str, Any]) ->
     raise ValueError("pareto is not a single metric; use objective_vector")
 
 
+def minimised(objective: OptimizationTarget | str) -> bool:
+    """Lower is better: a minimised goal target (latency, cost). Any other name (a Pareto metric) is not."""
+    try:
+        return OptimizationTarget(objective) in MINIMIZED_TARGETS
+    except ValueError:
+        return False
+
+
 def signed(target: OptimizationTarget | str, value: float) -> float:
-    """Higher-is-better form of a raw value (minimised targets are negated)."""
+    """Higher-is-better form of a raw value (minimised targets are negated): the score every stage stores."""
     return -value if OptimizationTarget(target) in MINIMIZED_TARGETS else value
+
+
+def raw_value(target: OptimizationTarget | str, score: float) -> float:
+    """The value a person reads from a stored score (signing is its own inverse)."""
+    return signed(target, score)
 
 
 def check_goodput_contract(goal: OptimizationGoal, report: Mapping[str, Any]) -> None:
@@ -130,4 +143,4 @@ HEADLINE_KEYS = ("output_throughput_tok_s", "request_throughput_rps", "mean_outp
 
 
 __all__ = ["avg_gpu", "metric_value", "signed", "objective_vector", "score_report", "is_feasible", "sla_kwargs",
-           "check_goodput_contract", "candidate_metrics", "headline", "METRIC_KEYS"]
+           "check_goodput_contract", "candidate_metrics", "headline", "METRIC_KEYS", "minimised", "raw_value"]

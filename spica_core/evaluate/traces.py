@@ -1,4 +1,4 @@
-"""Mooncake JSONL traces: a reader, and writers for generated traces (§5.4).
+"""Mooncake JSONL traces the replay reads: a trace fitted to the context, and generated traces (§5.4).
 
 Generated traces give the examples and tests real traffic without downloads: Poisson arrivals
 at a (possibly sine-wave) rate and shared prompt prefixes expressed through ``hash_ids``.
@@ -13,41 +13,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from spica_core.config.trace import TRACE_BLOCK_SIZE
+from spica_core.config.trace import TRACE_BLOCK_SIZE, trace_lines
 from spica_core.errors import TraceError
 
-
-
-@dataclass(frozen=True)
-class TraceRow:
-    timestamp_ms: float
-    input_length: int
-    output_length: int
-
-
-def read_trace(path: str | Path) -> Iterator[TraceRow]:
-    """Yield the fields the predictor windows need from a trace ``check_trace`` accepted.
-
-    Raises TraceError naming the line if the file changed since (never a bare ValueError)."""
-    return (row for _, row in _lines(path))
-
-
-def _lines(path: str | Path) -> Iterator[tuple[str, TraceRow]]:
-    """Each non-blank line of a trace with its fields (the one place trace rows are parsed)."""
-    with open(path) as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                ts = row["timestamp"] if "timestamp" in row else row["created_time"]
-                isl = row["input_length"] if "input_length" in row else row["input_tokens"]
-                osl = row["output_length"] if "output_length" in row else row["output_tokens"]
-                parsed = TraceRow(float(ts), int(isl), int(osl))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise TraceError(f"{path}:{lineno}: not a mooncake row ({type(exc).__name__}); need timestamp, "
-                                 "input_length, output_length") from None
-            yield line, parsed
 
 
 @dataclass(frozen=True)
@@ -72,7 +40,7 @@ def fitted_trace(path: str | Path, max_seq_len: int, directory: Path) -> FittedT
 
 @lru_cache(maxsize=8)
 def _fitted(path: str, size: int, mtime_ns: int, max_seq_len: int, directory: str) -> FittedTrace:
-    from spica_core.run.fingerprint import file_fingerprint
+    from spica_core.store import file_fingerprint
 
     source = Path(path)
     target = Path(directory) / f"fitted-{file_fingerprint(source)}-ctx{int(max_seq_len)}.jsonl"
@@ -85,7 +53,7 @@ def _fitted(path: str, size: int, mtime_ns: int, max_seq_len: int, directory: st
         pass
     kept: list[str] = []
     left_out = 0
-    for line, row in _lines(source):
+    for line, row in trace_lines(source):
         if row.input_length + row.output_length > max_seq_len:
             left_out += 1
         else:
@@ -93,7 +61,7 @@ def _fitted(path: str, size: int, mtime_ns: int, max_seq_len: int, directory: st
     if not kept:
         raise TraceError(f"{source}: every request exceeds the context length {max_seq_len:,}; nothing is left "
                          "to replay (raise context_length, or pick a model with a longer context)")
-    from spica_core.run.catalog import write_file
+    from spica_core.store import write_file
 
     if not target.is_file():
         write_file(target, "".join(kept))
@@ -115,8 +83,8 @@ def spread_trace(isl: int, osl: int, count: int, spread: float, interval_ms: flo
                  block: int = TRACE_BLOCK_SIZE) -> Path:
     """``workload.length_spread``: the synthetic requests as a mooncake trace, lengths spread, prompts unshared,
     one arrival every ``interval_ms`` (0: all at once, for a closed loop). Written once per spec, atomically."""
-    from spica_core.run.catalog import write_file
-    from spica_core.run.fingerprint import fingerprint
+    from spica_core.store import write_file
+    from spica_core.store import fingerprint
 
     key = fingerprint({"isl": isl, "osl": osl, "count": count, "spread": spread, "interval_ms": interval_ms,
                        "seed": SPREAD_SEED, "block": block})

@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-from spica_core.evaluate.profiles import StepTimes
+from spica_core.space.profiles import StepTimes
 from spica_core.planner.settings import PlannerSettings, RoleCapability
 
 MAX_KV_HIT_RATE = 0.95

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from spica_core.evaluate.candidate import Candidate
+from spica_core.deployment import Candidate
 from spica_core.planner.budget import Budget, Pools
 from spica_core.planner.estimates import Estimator, WorkerKey
 from spica_core.planner.load_rules import EasyLoadRule, LoadLoop, SlaLoadRule

@@ -6,13 +6,33 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spica_core.errors import PlannerConfigError
-from spica_core.evaluate.candidate import Candidate
+from spica_core.deployment import Candidate
 
 MAX_THROUGHPUT_SCALING_REPLICAS = 8
 PLANNER_DEFAULT_LOAD_INTERVAL_S = 5
 PLANNER_DEFAULT_THROUGHPUT_INTERVAL_S = 180
 # Without a swept winner (no throughput scaling, or a load-only policy) the planner forecasts the last value.
 CONSTANT_PREDICTOR: dict[str, Any] = {"load_predictor": "constant", "load_predictor_log1p": False}
+
+
+def planner_config_problems(*, load_on: bool, throughput_on: bool, load_interval_s: float | None,
+                            throughput_interval_s: float | None, bucket: int | None,
+                            sensitivity: float | None) -> list[str]:
+    """Dynamo PlannerConfig's own rules on these fields, for a candidate and for an emitted ``--config`` alike
+    (None = the field is absent, nothing to check)."""
+    out = []
+    if (load_interval_s is not None and load_interval_s <= 0) or \
+            (throughput_on and throughput_interval_s is not None and throughput_interval_s <= 0):
+        out.append("adjustment intervals must be > 0")
+    if load_on and throughput_on and load_interval_s is not None and throughput_interval_s is not None \
+            and not load_interval_s < throughput_interval_s:
+        out.append(f"load_adjustment_interval_seconds ({load_interval_s:g}) must be shorter than "
+                   f"throughput_adjustment_interval_seconds ({throughput_interval_s:g}) when both scaling modes are on")
+    if bucket is not None and (bucket < 0 or math.isqrt(bucket) ** 2 != bucket):
+        out.append(f"fpm_sample_bucket_size {bucket} must be a perfect square")
+    if sensitivity is not None and not 0 <= sensitivity <= 100:
+        out.append(f"load_scaling_down_sensitivity {sensitivity:g} must be within 0..100")
+    return out
 
 
 @dataclass(frozen=True)
@@ -64,15 +84,8 @@ class PlannerSettings:
         assert p.fpm_sample_bucket_size is not None and p.max_num_fpm_samples is not None  # set whenever it scales
         assert p.load_scaling_down_sensitivity is not None and p.load_min_observations is not None
         bucket, sens = int(p.fpm_sample_bucket_size), int(p.load_scaling_down_sensitivity)
-        problems = []
-        if load_iv <= 0 or (tp_on and tp_iv <= 0):
-            problems.append("adjustment intervals must be > 0")
-        if load_on and tp_on and not load_iv < tp_iv:
-            problems.append("load_adjustment_interval_seconds must be shorter than the throughput interval")
-        if math.isqrt(bucket) ** 2 != bucket:
-            problems.append(f"fpm_sample_bucket_size {bucket} must be a perfect square")
-        if not 0 <= sens <= 100:
-            problems.append("load_scaling_down_sensitivity must be within 0..100")
+        problems = planner_config_problems(load_on=load_on, throughput_on=tp_on, load_interval_s=load_iv,
+                                           throughput_interval_s=tp_iv, bucket=bucket, sensitivity=sens)
         if int(p.max_num_fpm_samples) <= 0:
             problems.append("max_num_fpm_samples must be > 0")
         if optimization_target == "sla" and (ttft_ms is None or itl_ms is None):

@@ -22,6 +22,7 @@ from spica_core.predictors.subsweep import (
     sweep_windows,
 )
 from spica_core.predictors.windows import Window, build_windows
+from spica_core.predictors.windows import read_arrivals, windows_from_arrivals
 
 __all__ = [
     "FAMILIES", "LoadPredictor", "ConstantPredictor", "ArimaPredictor", "ProphetPredictor", "KalmanPredictor",
@@ -30,4 +31,5 @@ __all__ = [
     "Window", "build_windows",
     "LoadPredictorResult", "common_warmup", "evaluate_entry", "pick_winner", "sweep_windows", "sweep_load_predictor",
     "REASON_NO_THROUGHPUT", "REASON_STATIC", "FALLBACK_ENTRY",
+    "read_arrivals", "windows_from_arrivals",
 ]

@@ -23,7 +23,7 @@ from spica_core.config.model import SmartSearchConfig
 from spica_core.config.policies import throughput_intervals
 from spica_core.predictors.families import Entry, LoadPredictor, entry_fields, family_min_points, make_predictor
 from spica_core.predictors.loss import window_loss
-from spica_core.predictors.windows import Window, read_trace, windows_from_arrivals
+from spica_core.predictors.windows import Window, read_arrivals, windows_from_arrivals
 
 # Reasons (§8.1). The swept reason gets "; no_winner_fallback_constant_last@[…]" when some
 # interval had no finite loss.
@@ -185,7 +185,7 @@ def sweep_load_predictor(config: SmartSearchConfig, trace_path: Path | None,
     entries = list(config.search_space.load_predictor_candidates)
     for e in entries:
         entry_fields(e)  # fail on an unknown family before reading the trace
-    arrivals = read_trace(trace_path)
+    arrivals = read_arrivals(trace_path)
     windows = {i: windows_from_arrivals(arrivals, i) for i in intervals}
     return sweep_windows(windows, entries)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from spica_core.evaluate import traces
+from spica_core.config.trace import read_trace
 
 
 @dataclass(frozen=True)
@@ -28,12 +28,12 @@ class TraceArrivals:
     output_length: np.ndarray
 
 
-def read_trace(path: str | Path) -> TraceArrivals:
-    """Read timestamp (ms), input_length and output_length of every row of a mooncake JSONL trace."""
+def read_arrivals(path: str | Path) -> TraceArrivals:
+    """Timestamp (ms), input_length and output_length of every row of a mooncake JSONL trace, as arrays."""
     ts: list[float] = []
     isl: list[float] = []
     osl: list[float] = []
-    for row in traces.read_trace(path):
+    for row in read_trace(path):
         ts.append(row.timestamp_ms)
         isl.append(row.input_length)
         osl.append(row.output_length)
@@ -41,13 +41,15 @@ def read_trace(path: str | Path) -> TraceArrivals:
                          np.asarray(osl, dtype=np.float64))
 
 
-def windows_from_arrivals(arrivals: TraceArrivals, interval_s: float) -> list[Window]:
-    """Bucket arrivals by ⌊t/I⌋; keep every bucket from the first to the last active one."""
+def windows_from_arrivals(arrivals: TraceArrivals, interval_s: float, origin_s: float = 0.0) -> list[Window]:
+    """Bucket arrivals by ⌊(t − origin)/I⌋; keep every bucket from the first to the last active one.
+
+    The planner's intervals start at 0 s (``origin_s`` 0); the report's plot starts at the first arrival."""
     if interval_s <= 0:
         raise ValueError(f"interval must be positive, got {interval_s}")
     if arrivals.timestamp_ms.size == 0:
         return []
-    keys = np.floor((arrivals.timestamp_ms / 1000.0) / interval_s).astype(np.int64)
+    keys = np.floor((arrivals.timestamp_ms / 1000.0 - origin_s) / interval_s).astype(np.int64)
     first, last = int(keys.min()), int(keys.max())
     span = last - first + 1
     idx = keys - first
@@ -58,13 +60,14 @@ def windows_from_arrivals(arrivals: TraceArrivals, interval_s: float) -> list[Wi
     for k in range(span):
         n = int(counts[k])
         out.append(Window(num_req=n, isl=float(isl_sum[k] / n) if n else 0.0,
-                          osl=float(osl_sum[k] / n) if n else 0.0, start_s=float((first + k) * interval_s)))
+                          osl=float(osl_sum[k] / n) if n else 0.0,
+                          start_s=float(origin_s + (first + k) * interval_s)))
     return out
 
 
 def build_windows(trace_path: str | Path, interval_s: float) -> list[Window]:
     """Windows of one throughput interval, straight from a trace file."""
-    return windows_from_arrivals(read_trace(trace_path), interval_s)
+    return windows_from_arrivals(read_arrivals(trace_path), interval_s)
 
 
-__all__ = ["Window", "TraceArrivals", "read_trace", "windows_from_arrivals", "build_windows"]
+__all__ = ["Window", "TraceArrivals", "read_arrivals", "windows_from_arrivals", "build_windows"]

@@ -9,15 +9,13 @@ from typing import TYPE_CHECKING
 
 from spica_core.config.lazy import lazy_names
 
-# Light, and imported eagerly so that the name ``fingerprint`` here is the function, not its submodule.
-from spica_core.run.fingerprint import canonical_json, file_fingerprint, fingerprint
-
 _FROM: dict[str, str] = {
     **dict.fromkeys((
         "BRANCHES_SCHEMA", "CATALOG", "CONFIG_SCHEMA", "DEFAULT_RUNS_ROOT", "FINGERPRINT_KEY",
         "LOAD_PREDICTOR_SCHEMA", "RANKING_SCHEMA", "SHAPES_SCHEMA", "TRIALS_SCHEMA", "RunDir", "Stage",
     ), "catalog"),
     **dict.fromkeys(("RunIdentity", "config_from_row", "config_rows", "engine_versions", "identify"), "identity"),
+    **dict.fromkeys(("over_context_note",), "inputs"),
 }
 
 
@@ -30,10 +28,12 @@ if TYPE_CHECKING:  # what type checkers and editors see
         RANKING_SCHEMA, SHAPES_SCHEMA, TRIALS_SCHEMA, RunDir, Stage
     )
     from spica_core.run.identity import RunIdentity, config_from_row, config_rows, engine_versions, identify
+    from spica_core.run.inputs import over_context_note
 
 __all__ = [
     "CATALOG", "Stage", "RunDir", "DEFAULT_RUNS_ROOT", "FINGERPRINT_KEY", "CONFIG_SCHEMA", "BRANCHES_SCHEMA",
-    "SHAPES_SCHEMA", "LOAD_PREDICTOR_SCHEMA", "TRIALS_SCHEMA", "RANKING_SCHEMA", "canonical_json",
-    "fingerprint", "file_fingerprint", "RunIdentity", "identify", "engine_versions", "config_rows",
-    "config_from_row"
+    "SHAPES_SCHEMA", "LOAD_PREDICTOR_SCHEMA", "TRIALS_SCHEMA", "RANKING_SCHEMA", "RunIdentity", "identify",
+    "engine_versions", "config_rows",
+    "config_from_row",
+    "over_context_note",
 ]

@@ -17,7 +17,6 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Final, Mapping, Sequence
@@ -26,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spica_core.errors import RunDirError
-from spica_core.run.fingerprint import fingerprint
+from spica_core.store import fingerprint
 from spica_core.run.stages import STAGE_NAMES, StageName
 
 log = logging.getLogger(__name__)
@@ -295,19 +294,6 @@ class RunDir:
 
     def rows(self, stage: str) -> list[dict[str, Any]]:
         return self.read(stage).to_pylist()
-
-
-def write_file(path: Path, data: bytes | str) -> Path:
-    """A companion file (JSON, CSV, YAML, report), written beside the target and renamed over it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        tmp.write_bytes(data.encode() if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
 
 
 def _write_atomic(table: pa.Table, path: Path) -> Path:

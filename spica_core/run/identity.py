@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from spica_core.config.model import SmartSearchConfig
-from spica_core.run.fingerprint import canonical_json, file_fingerprint, fingerprint
+from spica_core.store import canonical_json, file_fingerprint, fingerprint
 
 ENGINE_PACKAGES = ("ai-dynamo-runtime", "aiconfigurator-core", "google-vizier", "prefect")
 

@@ -13,11 +13,15 @@ from spica_core.search.suggesters import (
 from spica_core.search.summary import SweepSummary
 from spica_core.search.trials import EvalCache, Tally, Trial
 from spica_core.search.warm_start import WARM_TOP, WarmStart, latest_run, load_warm_start
+from spica_core.search.trials import reason_class
 
 __all__ = [
-    "ATTEMPT_CAP_FACTOR", "CandidateSpace", "EvalCache", "FLOAT_LEVELS", "Proposal", "RankedCandidate", "Batch", "BranchResult", "BranchSearch", "Costs", "Scored", "SearchContext",
-    "Study", "Suggester", "SweepSummary", "Tally", "ThoroughSuggester", "Trial", "TrialRecord", "VizierSuggester", "cache_key",
+    "ATTEMPT_CAP_FACTOR", "CandidateSpace", "EvalCache", "FLOAT_LEVELS", "Proposal", "RankedCandidate", "Batch",
+    "BranchResult", "BranchSearch", "Costs", "Scored", "SearchContext",
+    "Study", "Suggester", "SweepSummary", "Tally", "ThoroughSuggester", "Trial", "TrialRecord",
+    "VizierSuggester", "cache_key",
     "derive_seed", "dominates", "finite_or_infeasible", "pareto_front", "rank", "rank_trials", "round_plan",
     "search_branch", "study_metrics", "thorough_proposals", "thorough_size", "WARM_TOP", "WarmStart", "latest_run",
     "load_warm_start",
+    "reason_class",
 ]

@@ -12,9 +12,9 @@ from typing import Any, Protocol, TypeVar
 
 from spica_core.config.model import OptimizationTarget, SmartSearchConfig
 from spica_core.evaluate.bands import Band, bands_from_dict, bands_to_dict
-from spica_core.evaluate.candidate import Candidate
+from spica_core.deployment import Candidate
 from spica_core.evaluate.scoring import signed
-from spica_core.run.fingerprint import canonical_json
+from spica_core.store import canonical_json
 from spica_core.search.trials import Trial
 
 

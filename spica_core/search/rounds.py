@@ -17,10 +17,10 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Final
 
 from spica_core.config.model import SmartSearchConfig, SweepPolicy
-from spica_core.evaluate.candidate import Candidate
+from spica_core.deployment import Candidate
 from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status
-from spica_core.evaluate.pool import POLL_S, Evaluator
-from spica_core.run.fingerprint import fingerprint
+from spica_core.evaluate.workers import POLL_S, Evaluator
+from spica_core.store import fingerprint
 from spica_core.search.costs import BATCH_ROUNDS, Costs
 from spica_core.search.suggesters import (
     ATTEMPT_CAP_FACTOR, SCALAR_METRIC, Proposal, Suggester, ThoroughSuggester, VizierSuggester, thorough_size,

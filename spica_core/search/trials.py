@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spica_core.evaluate.bands import Band, bands_from_dict, bands_to_dict
-from spica_core.evaluate.candidate import Candidate
+from spica_core.deployment import Candidate
 from spica_core.evaluate.evaluator import Status
-from spica_core.run.fingerprint import canonical_json
+from spica_core.store import canonical_json
 from spica_core.space.parallel import ParallelConfig
 from spica_core.space.projection import ProjectionRecord
 

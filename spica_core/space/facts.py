@@ -181,7 +181,7 @@ def system_facts(sku: str) -> SystemFacts:
     except (OSError, ValueError, TypeError):  # absent, unreadable or from another layout: read AIC again
         pass
     facts = _read_system_facts(sku)
-    from spica_core.run.catalog import write_file  # atomic: a concurrent reader sees no half-written file
+    from spica_core.store import write_file  # atomic: a concurrent reader sees no half-written file
 
     try:
         write_file(path, json.dumps(asdict(facts)))

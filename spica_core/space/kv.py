@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from spica_core.run.fingerprint import fingerprint
+from spica_core.store import fingerprint
 from spica_core.space.facts import aic_version, backend_version, cache_dir, is_local_model, model_facts
 from spica_core.space.parallel import Shape
 from spica_core.space.precision import Precision
@@ -86,7 +86,7 @@ def _estimate(model_name: str, sku: str, backend: str, shape: Shape, *, precisio
         return kept
     value = _aic_estimate(args)
     if path is not None:
-        from spica_core.run.catalog import write_file  # atomic: a concurrent reader sees no half-written file
+        from spica_core.store import write_file  # atomic: a concurrent reader sees no half-written file
 
         try:
             write_file(path, json.dumps({"tokens": value[0], "reason": value[1], "weights": value[2], "args": args}))

@@ -107,7 +107,7 @@ def perf_db_quantizations(sku: str, backend: str, version: str, is_moe: bool) ->
         table = json.loads(path.read_text())
     except (OSError, ValueError):
         table = _read_quant_support(sku, backend, version)
-        from spica_core.run.catalog import write_file
+        from spica_core.store import write_file
 
         try:
             write_file(path, json.dumps(table))

@@ -14,13 +14,12 @@ import json
 import os
 import tempfile
 from dataclasses import asdict, dataclass, replace
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from spica_core.run.fingerprint import fingerprint
+from spica_core.store import fingerprint
 from spica_core.space.facts import aic_version, cache_dir, quiet_aic
 from spica_core.space.kv import kv_tokens_per_rank
 from spica_core.space.parallel import Shape
@@ -274,4 +273,4 @@ def kv_blocks_per_rank(model: str, system: str, backend: str, shape: Shape, *, p
 
 
 __all__ = ["EngineShape", "profile_path", "build_tables", "timing_shape", "timing_model", "StepTimes", "kv_blocks_per_rank",
-           "cache_dir", "step_engine"]
+           "step_engine"]
