@@ -54,6 +54,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Callable
 
+from spica_cli.prefect_private import running_temporary_server
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 GRACE_S = 6.0          # stop signal → forced exit, if the orderly way (report the crash, drain, stop) is not done
 SERVER_GRACE_S = 1.5   # the API server's SIGTERM → SIGKILL, on a forced exit
@@ -275,13 +277,6 @@ def _env_disables_ephemeral() -> bool:
     return value is not None and value.strip().lower() in ("0", "false", "no", "off")
 
 
-def _prefect_server() -> Any | None:
-    """Prefect's own running temporary server, if something in this process started one (never imports it)."""
-    module = sys.modules.get("prefect.server.api.server")
-    server = module.SubprocessASGIServer._instances.get(None) if module is not None else None
-    return server if server is not None and server.running else None
-
-
 def prestart_api() -> None:
     """First thing in ``spica sweep``: start the temporary server's process, held, so that it imports (most of
     its start-up, on another core) while the sweep reads its config and imports Prefect. Skipped when the
@@ -290,7 +285,7 @@ def prestart_api() -> None:
     global _HELD
     if (_HELD is not None or (_OWN is not None and _OWN.alive()) or os.environ.get("PREFECT_API_URL")
             or _env_disables_ephemeral() or threading.current_thread() is not threading.main_thread()
-            or _prefect_server() is not None):
+            or running_temporary_server() is not None):
         return
     try:
         _HELD = _TempServer(hold=True)
@@ -382,7 +377,7 @@ class _Guard:
             self._remote = url
         elif not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
             pass  # Prefect's own error names the missing API when the flow starts
-        elif (server := _prefect_server()) is not None:
+        elif (server := running_temporary_server()) is not None:
             self._server_proc = server.server_process
         elif prefect.context.SettingsContext.get() is not prefect.context.GLOBAL_SETTINGS_CONTEXT:
             pass  # settings set in this process (a `temporary_settings` block): Prefect starts its server for them
@@ -584,7 +579,7 @@ def _exit_phase_handler(signum: int, frame: FrameType | None) -> None:
     """A stop signal while the interpreter tears down after a finished sweep: nothing is left to save."""
     server = _OWN.proc if _OWN is not None else None
     with contextlib.suppress(Exception):
-        server = server or getattr(_prefect_server(), "server_process", None)
+        server = server or getattr(running_temporary_server(), "server_process", None)
     _kill_children(server)
     with contextlib.suppress(OSError):
         os.write(2, f"interrupted ({_name(signum)}) while exiting; the sweep had finished\n".encode())

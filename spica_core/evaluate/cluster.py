@@ -41,6 +41,7 @@ from spica_core.config.model import CLUSTER_FORMS, parse_cluster_address
 from spica_core.errors import ClusterError, RemoteTaskError, WorkerLost
 from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status, evaluate_in_worker
 from spica_core.evaluate.workers import POLL_S, WorkerGroup, check_abandoned, evaluate_all, late, warm_engines
+from spica_core.evaluate.ray_private import no_auto_init
 
 log = logging.getLogger(__name__)
 
@@ -642,7 +643,7 @@ class _RayBackend:
         self.address = address
         if ray.is_initialized():
             raise ClusterError(f"{OPTION}: this process is already connected to a Ray cluster")
-        _no_ray_auto_init()
+        no_auto_init()
         for attempt in range(RAY_CONNECT_ATTEMPTS):
             try:
                 ray.init(address, logging_level=logging.WARNING, log_to_driver=False)
@@ -818,17 +819,6 @@ class _RayBackend:
             self.ray.shutdown()
         except Exception as exc:  # noqa: BLE001
             log.debug("disconnecting from Ray: %s", exc)
-
-
-def _no_ray_auto_init() -> None:
-    """Ray's public calls start a local Ray instance in this process when it is not connected (say, once the
-    connection to the cluster is lost): that must never happen in a sweep. RAY_ENABLE_AUTO_CONNECT=0 does
-    the same, read once at import; this sets the flag it sets."""
-    try:
-        from ray._private import auto_init_hook
-    except ImportError:
-        return
-    auto_init_hook.enable_auto_connect = False
 
 
 def _first_line(exc: BaseException) -> str:

@@ -30,6 +30,7 @@ from typing import Any, Final, Iterable, Literal, Sequence
 
 import numpy as np
 
+from spica_core.search.vizier_private import designer_classes, finite_designers, reseed, trial_floor_padding
 from spica_core.space.params import Param
 
 ALGORITHMS: Final = ("DEFAULT", "GAUSSIAN_PROCESS_BANDIT", "RANDOM_SEARCH", "QUASI_RANDOM_SEARCH")
@@ -95,11 +96,10 @@ def _runtime() -> SimpleNamespace:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
         from vizier import algorithms as vza
         from vizier import pyvizier as vz
-        from vizier._src.algorithms.designers import quasi_random
         from vizier.pyvizier import converters
         from vizier.pyvizier.converters import padding
-    _RUNTIME = SimpleNamespace(jax=jax, vz=vz, vza=vza, quasi_random=quasi_random, converters=converters,
-                               padding=padding)
+    _RUNTIME = SimpleNamespace(jax=jax, vz=vz, vza=vza, QuasiRandomDesigner=designer_classes()[2],
+                               converters=converters, padding=padding)
     return _RUNTIME
 
 
@@ -356,7 +356,7 @@ class Study:
         _MODEL_ASKS += 1
         if _MODEL_ASKS % CLEAR_CACHES_EVERY == 0:  # bound memory; the disk cache keeps the compiled code
             rt.jax.clear_caches()
-        self._designer._rng = rt.jax.random.PRNGKey(derive_seed(self.seed, step))  # step-keyed: resume == live
+        reseed(self._designer, rt.jax.random.PRNGKey(derive_seed(self.seed, step)))  # step-keyed: resume == live
         self._slot.choice = choice
         try:
             self._designer.suggest(count)
@@ -365,11 +365,11 @@ class Study:
 
     def _new_designer(self) -> Any:
         rt = _runtime()
-        ucb_pe, bandit, optimizer = _finite_designers()
+        ucb_pe, bandit, optimizer = finite_designers(rt.jax, rt.vza.GradientFreeOptimizer)
         # Padding the trial axis to powers of two, and at least TRIAL_PAD_FLOOR, bounds the compiled shapes
         # to two or three per sweep; GP-UCB-PE refuses trial padding for several metrics, so those run unpadded.
         single = len(self.objectives) == 1
-        pad = _trial_floor_padding()(num_trials=rt.padding.PaddingType.POWERS_OF_2) if single \
+        pad = trial_floor_padding(rt.padding)(num_trials=rt.padding.PaddingType.POWERS_OF_2) if single \
             else rt.padding.PaddingSchedule()
         # No trust region: it keeps a continuous acquisition search near the trials so far; on a finite
         # pool of legal candidates it only hides good configs far from the first picks
@@ -393,7 +393,7 @@ class Study:
         rt = _runtime()
         width_c, width_k = choice.pool.continuous.shape[1], choice.pool.categorical.shape[1]
         targets = [(np.full(width_c, 0.5), np.zeros(width_k, dtype=int))] if centre else []
-        halton = rt.quasi_random.QuasiRandomDesigner(self.problem.search_space, seed=derive_seed(self.seed, 0),
+        halton = rt.QuasiRandomDesigner(self.problem.search_space, seed=derive_seed(self.seed, 0),
                                                      skip_points=_QUASI_RANDOM_SKIP + len(self._trials) + pending)
         if count > len(targets):
             points = [rt.vz.Trial(parameters=s.parameters) for s in halton.suggest(count - len(targets))]
@@ -482,95 +482,6 @@ class _Slot:
 
 
 _POOL_POSITION: Final = "spica_pool_position"
-_DESIGNERS: tuple[type, type, type] | None = None
-_PADDING: type | None = None
-TRIAL_PAD_FLOOR: Final = 32  # completed + pending trials are padded to this many at least (one compile for the
-#                              first 32 trials instead of one per power of two: each costs seconds)
-
-
-def _trial_floor_padding() -> type:
-    """Vizier's padding schedule with a floor on the trial axis (built on first use, like the designers)."""
-    global _PADDING
-    if _PADDING is not None:
-        return _PADDING
-    from vizier._src.jax import types as vizier_types
-
-    class TrialFloorPadding(_runtime().padding.PaddingSchedule):
-        def pad_features(self, features: Any) -> Any:
-            return self._floored(super().pad_features(features), features)
-
-        def pad_labels(self, labels: Any) -> Any:
-            return self._floored(super().pad_labels(labels), labels)
-
-        @staticmethod
-        def _floored(padded: Any, array: Any) -> Any:
-            shape = padded.padded_array.shape
-            if len(shape) < 2 or shape[-2] >= TRIAL_PAD_FLOOR or array.shape[-2] == 0:
-                return padded
-            return vizier_types.PaddedArray.from_array(array, (*shape[:-2], TRIAL_PAD_FLOOR, shape[-1]),
-                                                       fill_value=padded.fill_value)
-
-    _PADDING = TrialFloorPadding
-    return _PADDING
-
-
-def _finite_designers() -> tuple[type, type, type]:
-    """GP-UCB-PE and GP-bandit designers whose acquisition step scores the current pool.
-
-    Built on first use so that importing this module never imports Vizier. GP-UCB-PE takes a
-    gradient-free acquisition optimizer (``FiniteSetOptimizer``) and asks it for one
-    point at a time, with the pool's features converted once; the GP bandit's acquisition step
-    is its documented override point (``_optimize_acquisition``).
-    """
-    global _DESIGNERS
-    if _DESIGNERS is not None:
-        return _DESIGNERS
-    import equinox as eqx
-    from vizier._src.algorithms.designers import gp_bandit, gp_ucb_pe
-
-    rt = _runtime()
-    # One jitted entry point for every acquisition call: the score function (an equinox module) is an
-    # argument, so a new one of the same structure reuses the compiled code instead of adding its own.
-    apply = eqx.filter_jit(lambda fn, *args: fn(*args))
-
-    class FiniteUCBPE(gp_ucb_pe.VizierGPUCBPEBandit):
-        spica_slot: _Slot
-
-        def get_score_fn_on_trials(self, score_fn: Any) -> Any:
-            pool = self.spica_slot.choice.pool  # type: ignore[union-attr]
-
-            def acquisition(trials: Sequence[Any]) -> dict[str, Any]:
-                features = pool.for_converter(self._converter) if trials is pool.trials \
-                    else self._converter.to_features(trials)
-                return {"acquisition": apply(score_fn, features)}
-
-            return acquisition
-
-    class FiniteGPBandit(gp_bandit.VizierGPBandit):
-        spica_slot: _Slot
-
-        def _optimize_acquisition(self, scoring_fn: Any, count: int) -> list[Any]:
-            choice = self.spica_slot.choice
-            assert choice is not None
-            seed, self._rng = rt.jax.random.split(self._rng)
-            scores = apply(scoring_fn.score, choice.pool.for_converter(self._converter), seed)
-            return [choice.trial(p, s) for p, s in choice.best(scores, count)]
-
-    class FiniteSetOptimizer(rt.vza.GradientFreeOptimizer):
-        """The best free candidates of the current pool (GP-UCB-PE's acquisition optimizer)."""
-
-        def __init__(self, slot: _Slot):
-            self.slot = slot
-
-        def optimize(self, score_fn: Any, problem: Any, *, count: int = 1, budget_factor: float = 1.0,
-                     seed_candidates: Sequence[Any] = ()) -> list[Any]:
-            choice = self.slot.choice
-            assert choice is not None
-            scores = score_fn(choice.pool.trials)["acquisition"]
-            return [choice.trial(p, s) for p, s in choice.best(scores, count)]
-
-    _DESIGNERS = (FiniteUCBPE, FiniteGPBandit, FiniteSetOptimizer)
-    return _DESIGNERS
 
 
 def _plain_number(value: Any) -> int | float:

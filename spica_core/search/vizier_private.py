@@ -1,0 +1,152 @@
+"""Every private Vizier name Spica uses, in one module (tested with google-vizier 0.1.24, pinned in pyproject).
+
+The designers are imported from their own modules: ``vizier.algorithms.designers`` imports every designer,
+BOCS's cvxpy included, which Spica does not install. Vizier's designer API has no public way to reseed a warm designer before an ask (its ``_rng``), to score a
+finite pool with the feature converter a designer built (``_converter``), to replace a GP bandit's continuous
+acquisition search (``_optimize_acquisition``), or to build a padded array with a floor on the trial axis
+(``vizier._src.jax.types.PaddedArray``). They are used here and nowhere else; :func:`missing` lists those the
+installed Vizier lacks, and a test runs it, so an upgrade that renames one fails loudly with the pinned
+version instead of deep inside a sweep.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Callable
+
+PINNED = "google-vizier 0.1.24"
+TRIAL_PAD_FLOOR = 32  # completed + pending trials are padded to this many at least (one compile for the
+#                       first 32 trials instead of one per power of two: each costs seconds)
+
+_DESIGNERS: tuple[type, type, type] | None = None
+_PADDING: type | None = None
+
+
+def designer_classes() -> tuple[type, type, type]:
+    """Vizier's GP-UCB-PE, GP-bandit and quasi-random designers."""
+    from vizier._src.algorithms.designers.gp_bandit import VizierGPBandit
+    from vizier._src.algorithms.designers.gp_ucb_pe import VizierGPUCBPEBandit
+    from vizier._src.algorithms.designers.quasi_random import QuasiRandomDesigner
+
+    return VizierGPUCBPEBandit, VizierGPBandit, QuasiRandomDesigner
+
+
+def reseed(designer: Any, key: Any) -> None:
+    """Set a designer's random key before an ask (the same trials and step then give the same picks)."""
+    designer._rng = key
+
+
+def trial_floor_padding(padding: Any) -> type:
+    """Vizier's padding schedule (``padding``: ``vizier.pyvizier.converters.padding``) with a floor of
+    TRIAL_PAD_FLOOR on the trial axis; built on first use so that importing this module never imports Vizier."""
+    global _PADDING
+    if _PADDING is not None:
+        return _PADDING
+    from vizier._src.jax import types as vizier_types
+
+    class TrialFloorPadding(padding.PaddingSchedule):
+        def pad_features(self, features: Any) -> Any:
+            return self._floored(super().pad_features(features), features)
+
+        def pad_labels(self, labels: Any) -> Any:
+            return self._floored(super().pad_labels(labels), labels)
+
+        @staticmethod
+        def _floored(padded: Any, array: Any) -> Any:
+            shape = padded.padded_array.shape
+            if len(shape) < 2 or shape[-2] >= TRIAL_PAD_FLOOR or array.shape[-2] == 0:
+                return padded
+            return vizier_types.PaddedArray.from_array(array, (*shape[:-2], TRIAL_PAD_FLOOR, shape[-1]),
+                                                       fill_value=padded.fill_value)
+
+    _PADDING = TrialFloorPadding
+    return _PADDING
+
+
+def finite_designers(jax: Any, gradient_free_optimizer: type) -> tuple[type, type, type]:
+    """GP-UCB-PE and GP-bandit designers whose acquisition step scores the current pool, and GP-UCB-PE's
+    acquisition optimizer (``FiniteSetOptimizer``). A designer finds the ask's choice (its pool and free
+    candidates) on its ``spica_slot``; GP-UCB-PE asks the optimizer for one point at a time, with the pool's
+    features converted once; the GP bandit's acquisition step is its ``_optimize_acquisition`` hook."""
+    global _DESIGNERS
+    if _DESIGNERS is not None:
+        return _DESIGNERS
+    import equinox as eqx
+
+    VizierGPUCBPEBandit, VizierGPBandit, _ = designer_classes()
+
+    # One jitted entry point for every acquisition call: the score function (an equinox module) is an
+    # argument, so a new one of the same structure reuses the compiled code instead of adding its own.
+    apply = eqx.filter_jit(lambda fn, *args: fn(*args))
+
+    class FiniteUCBPE(VizierGPUCBPEBandit):
+        spica_slot: Any
+
+        def get_score_fn_on_trials(self, score_fn: Any) -> Callable[[Sequence[Any]], dict[str, Any]]:
+            pool = self.spica_slot.choice.pool
+
+            def acquisition(trials: Sequence[Any]) -> dict[str, Any]:
+                features = pool.for_converter(self._converter) if trials is pool.trials \
+                    else self._converter.to_features(trials)
+                return {"acquisition": apply(score_fn, features)}
+
+            return acquisition
+
+    class FiniteGPBandit(VizierGPBandit):
+        spica_slot: Any
+
+        def _optimize_acquisition(self, scoring_fn: Any, count: int) -> list[Any]:
+            choice = self.spica_slot.choice
+            assert choice is not None
+            seed, self._rng = jax.random.split(self._rng)
+            scores = apply(scoring_fn.score, choice.pool.for_converter(self._converter), seed)
+            return [choice.trial(p, s) for p, s in choice.best(scores, count)]
+
+    class FiniteSetOptimizer(gradient_free_optimizer):  # type: ignore[misc, valid-type]
+        """The best free candidates of the current pool (GP-UCB-PE's acquisition optimizer)."""
+
+        def __init__(self, slot: Any):
+            self.slot = slot
+
+        def optimize(self, score_fn: Any, problem: Any, *, count: int = 1, budget_factor: float = 1.0,
+                     seed_candidates: Sequence[Any] = ()) -> list[Any]:
+            choice = self.slot.choice
+            assert choice is not None
+            scores = score_fn(choice.pool.trials)["acquisition"]
+            return [choice.trial(p, s) for p, s in choice.best(scores, count)]
+
+    _DESIGNERS = (FiniteUCBPE, FiniteGPBandit, FiniteSetOptimizer)
+    return _DESIGNERS
+
+
+def missing() -> list[str]:
+    """The private names above that the installed Vizier lacks, each naming the version Spica is tested with.
+
+    Builds one GP-UCB-PE and one GP-bandit designer on a one-parameter problem (no ask, no compile)."""
+    from vizier import pyvizier as vz
+
+    try:
+        VizierGPUCBPEBandit, VizierGPBandit, _ = designer_classes()
+    except (ImportError, AttributeError) as exc:
+        return [f"the designer modules are gone from the installed Vizier ({exc}; Spica is tested with {PINNED})"]
+
+    problem = vz.ProblemStatement()
+    problem.search_space.root.add_float_param("x", 0.0, 1.0)
+    problem.metric_information.append(vz.MetricInformation("y", goal=vz.ObjectiveMetricGoal.MAXIMIZE))
+    out = []
+    for cls in (VizierGPUCBPEBandit, VizierGPBandit):
+        designer = cls(problem)
+        out += [f"{cls.__name__}.{name}" for name in ("_rng", "_converter") if not hasattr(designer, name)]
+    if not callable(getattr(VizierGPBandit, "_optimize_acquisition", None)):
+        out.append("VizierGPBandit._optimize_acquisition")
+    try:
+        from vizier._src.jax import types as vizier_types
+
+        if not callable(getattr(vizier_types.PaddedArray, "from_array", None)):
+            out.append("vizier._src.jax.types.PaddedArray.from_array")
+    except ImportError:
+        out.append("vizier._src.jax.types")
+    return [f"{name} is gone from the installed Vizier (Spica is tested with {PINNED})" for name in out]
+
+
+__all__ = ["PINNED", "TRIAL_PAD_FLOOR", "designer_classes", "finite_designers", "missing", "reseed",
+           "trial_floor_padding"]

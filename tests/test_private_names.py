@@ -1,0 +1,93 @@
+"""Private names of other libraries live in one adapter module per library; each adapter says, loudly and
+with the pinned version, when the installed library no longer has one of them."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import spica_cli
+import spica_core
+
+ADAPTERS = {"vizier": "spica_core/search/vizier_private.py", "ray": "spica_core/evaluate/ray_private.py",
+            "prefect": "spica_cli/prefect_private.py"}
+ROOT = Path(spica_core.__file__).parents[1]
+
+
+def test_the_installed_vizier_has_every_private_name_spica_uses() -> None:
+    from spica_core.search import vizier_private
+
+    assert vizier_private.missing() == []
+
+
+def test_a_renamed_vizier_name_is_reported_with_the_pinned_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    from spica_core.search import vizier_private
+
+    VizierGPBandit = vizier_private.designer_classes()[1]
+
+    monkeypatch.delattr(VizierGPBandit, "_optimize_acquisition")
+    assert vizier_private.missing() == [
+        "VizierGPBandit._optimize_acquisition is gone from the installed Vizier (Spica is tested with "
+        "google-vizier 0.1.24)"]
+
+
+def _private_imports(path: Path, library: str) -> list[str]:
+    """`library._x` / `library.x._y` modules a file imports, and `from library... import _y` names."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == library:
+            parts = node.module.split(".")
+            found += [node.module] if any(p.startswith("_") for p in parts) else []
+            found += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names
+                      if a.name.split(".")[0] == library and any(p.startswith("_") for p in a.name.split("."))]
+    return found
+
+
+@pytest.mark.parametrize("library", sorted(ADAPTERS))
+def test_only_the_adapter_imports_a_librarys_private_modules(library: str) -> None:
+    files = [*Path(spica_core.__file__).parent.rglob("*.py"), *Path(spica_cli.__file__).parent.rglob("*.py"),
+             *(ROOT / "tasks").rglob("*.py"), *(ROOT / "flows").rglob("*.py")]
+    users = sorted(str(p.relative_to(ROOT)) for p in files if _private_imports(p, library))
+    assert users in ([], [ADAPTERS[library]])
+
+
+def test_the_installed_ray_has_the_flag_spica_sets() -> None:
+    pytest.importorskip("ray")
+    from spica_core.evaluate import ray_private
+
+    assert ray_private.missing() == []
+    from ray._private import auto_init_hook
+
+    before = auto_init_hook.enable_auto_connect
+    try:
+        ray_private.no_auto_init()
+        assert auto_init_hook.enable_auto_connect is False
+    finally:
+        auto_init_hook.enable_auto_connect = before
+
+
+def test_a_renamed_ray_flag_is_reported_with_the_pinned_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("ray")
+    from ray._private import auto_init_hook
+
+    from spica_core.evaluate import ray_private
+
+    monkeypatch.delattr(auto_init_hook, "enable_auto_connect")
+    assert ray_private.missing() == ["ray._private.auto_init_hook.enable_auto_connect is gone from the installed "
+                                     "Ray (Spica is tested with ray 2.60.0)"]
+
+
+def test_the_installed_prefect_has_the_name_spica_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from prefect.server.api.server import SubprocessASGIServer
+
+    from spica_cli import prefect_private
+
+    assert prefect_private.missing() == []
+    server = prefect_private.running_temporary_server()  # another test in this process may have started one
+    assert server is None or server.running
+    monkeypatch.delattr(SubprocessASGIServer, "_instances")
+    assert prefect_private.missing() == ["SubprocessASGIServer._instances is gone from the installed Prefect "
+                                         "(Spica is tested with prefect 3.9.1)"]
