@@ -16,11 +16,13 @@ def load_predictor_task(run: ValidatedRun) -> LoadPredictorResult:
     """The winner per throughput interval; depends on the searched config and the trace content only."""
     inputs = CATALOG["load_predictor"].fingerprint(search_config=run.search_config.normalised(),
                                                    trace=run.identity.trace_fingerprint)
-    if run.run_dir.fresh("load_predictor", inputs):
-        return LoadPredictorResult.from_rows(run.run_dir.rows("load_predictor"))
-    result = sweep_load_predictor(run.search_config, run.trace_file, run.policies.kept)
-    run.run_dir.write("load_predictor", result.rows(), inputs)
-    if result.best_by_interval:
-        winners = {k: v if isinstance(v, str) else json.dumps(v) for k, v in result.best_by_interval.items()}
-        print(f"load predictor ({result.reason}): {winners}")
-    return result
+
+    def sweep() -> LoadPredictorResult:
+        result = sweep_load_predictor(run.search_config, run.trace_file, run.policies.kept)
+        if result.best_by_interval:
+            winners = {k: v if isinstance(v, str) else json.dumps(v) for k, v in result.best_by_interval.items()}
+            print(f"load predictor ({result.reason}): {winners}")
+        return result
+
+    return run.run_dir.kept_or_made("load_predictor", inputs, sweep, rows=LoadPredictorResult.rows,
+                                    read=LoadPredictorResult.from_rows)

@@ -27,12 +27,8 @@ def enumerate_branches_task(config: SmartSearchConfig, run_dir: RunDir) -> Legal
     Writes ``branches.parquet`` (mode, backend, parallel config, supported, reason). Raises the
     user-facing errors (unknown model / SKU, a pin legal for no backend) before any estimate.
     """
-    inputs = branches_fingerprint(config)
-    if run_dir.fresh("branches", inputs):
-        return LegalSpace.from_rows(config, run_dir.rows("branches"))
-    space = legal_space(config)
-    run_dir.write("branches", space.rows(), inputs)
-    return space
+    return run_dir.kept_or_made("branches", branches_fingerprint(config), lambda: legal_space(config),
+                                rows=LegalSpace.rows, read=lambda rows: LegalSpace.from_rows(config, rows))
 
 
 @stage("KV filter", retries=2)
@@ -43,8 +39,7 @@ def kv_filter_task(space: LegalSpace, run_dir: RunDir) -> BranchSet:
     run folder still shows which shape failed and why.
     """
     inputs = CATALOG["shapes"].fingerprint(branches=branches_fingerprint(space.config))
-    if run_dir.fresh("shapes", inputs):
-        return kv_filter(space, records_from_rows(run_dir.rows("shapes")))
-    records = estimate_shapes(space)
-    run_dir.write("shapes", [r.row() for r in ordered_records(records, space.config.search_space.backend)], inputs)
+    records = run_dir.kept_or_made(
+        "shapes", inputs, lambda: estimate_shapes(space), read=records_from_rows,
+        rows=lambda made: [r.row() for r in ordered_records(made, space.config.search_space.backend)])
     return kv_filter(space, records)

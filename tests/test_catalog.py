@@ -505,3 +505,21 @@ def test_from_stage_names_what_it_recomputes() -> None:
     assert downstream("candidates") == ("candidates",)
     with pytest.raises(RunDirError, match="unknown stage 'kv'"):
         downstream("kv")
+
+
+def test_a_stage_is_read_back_when_fresh_and_made_again_when_its_inputs_change(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path)
+    made: list[str] = []
+
+    def make(tag: str) -> Callable[[], list[RankedCandidate]]:
+        def run() -> list[RankedCandidate]:
+            made.append(tag)
+            return []
+        return run
+
+    rows, read = (lambda v: [r.to_row() for r in v]), (lambda rs: [RankedCandidate.from_row(r) for r in rs])
+    assert rd.kept_or_made("ranking", "inputs-a", make("a"), rows=rows, read=read) == []
+    assert rd.kept_or_made("ranking", "inputs-a", make("again"), rows=rows, read=read) == []
+    assert made == ["a"] and rd.fresh("ranking", "inputs-a")          # read back, not made again
+    rd.kept_or_made("ranking", "inputs-b", make("b"), rows=rows, read=read)
+    assert made == ["a", "b"] and rd.fresh("ranking", "inputs-b") and not rd.fresh("ranking", "inputs-a")

@@ -19,7 +19,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Final, Mapping, Sequence
+from typing import Any, Callable, Final, Mapping, Sequence, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -27,6 +27,8 @@ import pyarrow.parquet as pq
 from spica_core.errors import RunDirError
 from spica_core.store import fingerprint
 from spica_core.run.stages import STAGE_NAMES, StageName
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -252,6 +254,17 @@ class RunDir:
             log.warning("%s was computed from other inputs; computing the stage again", self.artifact(stage))
             return False
         return True
+
+    def kept_or_made(self, stage: str, inputs_fingerprint: str, make: Callable[[], T],
+                     rows: Callable[[T], Sequence[Mapping[str, Any]]],
+                     read: Callable[[list[dict[str, Any]]], T]) -> T:
+        """The stage's value: read back from its artifact when that is fresh for these inputs, else made
+        and written (the rule every stage follows, so that a resumed run recomputes nothing it has)."""
+        if self.fresh(stage, inputs_fingerprint):
+            return read(self.rows(stage))
+        value = make()
+        self.write(stage, rows(value), inputs_fingerprint)
+        return value
 
     def write(self, stage: str, rows: Sequence[Mapping[str, Any]], inputs_fingerprint: str) -> Path:
         """Replace the artifact with these rows, tagged with the fingerprint of the inputs they came from."""
