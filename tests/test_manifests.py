@@ -669,3 +669,16 @@ def test_only_v1beta1_is_checked() -> None:
     doc["apiVersion"] = "nvidia.com/v1alpha1"
     [problem] = check_manifest(doc)
     assert problem.startswith("apiVersion: must be 'nvidia.com/v1beta1' (got 'nvidia.com/v1alpha1')")
+
+
+def test_the_parallel_flags_a_manifest_writes_are_the_ones_the_checker_reads() -> None:
+    """One table of spellings: a written flag that the GPU count check could not read would hide a wrong size."""
+    from spica_core.emit.crd import INSTANCE_SIZES, PARALLEL_FLAGS, instance_gpus, parallel_flag
+
+    for backend, sizes in INSTANCE_SIZES.items():
+        args = [a for size in sizes for a in (parallel_flag(backend, size), "2")]
+        assert instance_gpus(backend, args) == 2 ** len(sizes), backend
+        for size, spellings in PARALLEL_FLAGS[backend].items():
+            if size in sizes:
+                for spelling in spellings:
+                    assert instance_gpus(backend, [spelling, "3"]) == 3, (backend, spelling)

@@ -68,6 +68,26 @@ PLANNER_CONFIG_KEYS = frozenset({
     "metric_pulling_prometheus_extra_query_params",
 })
 
+# Each backend's parallel-size flags: the spelling Spica's manifests write first, then the others the engine
+# accepts (a hand-written manifest may use them). An instance's GPUs are the product of INSTANCE_SIZES: SGLang's
+# TP size is the whole instance, its attention DP lives inside it.
+PARALLEL_FLAGS: dict[str, dict[str, tuple[str, ...]]] = {
+    "vllm": {"tp": ("--tensor-parallel-size", "-tp"), "pp": ("--pipeline-parallel-size", "-pp"),
+             "dp": ("--data-parallel-size", "-dp")},
+    "sglang": {"tp": ("--tp-size", "--tensor-parallel-size", "--tp"), "pp": ("--pp-size", "--pipeline-parallel-size"),
+               "dp": ("--dp-size",), "ep": ("--ep-size",)},
+    "trtllm": {"tp": ("--tensor-parallel-size",), "pp": ("--pipeline-parallel-size",),
+               "ep": ("--expert-parallel-size",)},
+}
+INSTANCE_SIZES: dict[str, tuple[str, ...]] = {"vllm": ("tp", "pp", "dp"), "sglang": ("tp", "pp"),
+                                              "trtllm": ("tp", "pp")}
+
+
+def parallel_flag(backend: str, size: str) -> str:
+    """The flag Spica writes for one parallel size of a backend (``tp``, ``pp``, ``dp``, ``ep``)."""
+    return PARALLEL_FLAGS[backend][size][0]
+
+
 _KV_EVENT_FLAGS = ("--kv-events-config", "--publish-events-and-metrics", "--publish-kv-events")
 
 # Schema defaults the CEL rules below see: the apiserver applies defaults before it evaluates CEL.
@@ -663,18 +683,12 @@ def _int_flag(args: list[str], *names: str, default: int = 1) -> int | None:
 
 def instance_gpus(backend: str | None, args: list[str]) -> int | None:
     """GPUs of one worker instance from its global parallel flags (None when they cannot be read)."""
-    if backend == "vllm":
-        sizes = [_int_flag(args, "--tensor-parallel-size", "-tp"), _int_flag(args, "--pipeline-parallel-size", "-pp"),
-                 _int_flag(args, "--data-parallel-size", "-dp")]
-    elif backend == "sglang":   # SGLang's TP size is the whole instance (attention DP lives inside it)
-        sizes = [_int_flag(args, "--tp-size", "--tensor-parallel-size", "--tp"),
-                 _int_flag(args, "--pp-size", "--pipeline-parallel-size")]
-    elif backend == "trtllm":
-        if _flag(args, "--tensor-parallel-size") is None and "--extra-engine-args" in args:
-            return None   # the parallel sizes live in a file we cannot read
-        sizes = [_int_flag(args, "--tensor-parallel-size"), _int_flag(args, "--pipeline-parallel-size")]
-    else:
+    flags = PARALLEL_FLAGS.get(backend or "")
+    if flags is None:
         return None
+    if backend == "trtllm" and _flag(args, *flags["tp"]) is None and "--extra-engine-args" in args:
+        return None   # the parallel sizes live in a file we cannot read
+    sizes = [_int_flag(args, *flags[size]) for size in INSTANCE_SIZES[backend or ""]]
     if any(s is None for s in sizes):
         return None
     return math.prod(s for s in sizes if s is not None)
@@ -842,4 +856,4 @@ def _unique(problems: list[str]) -> list[str]:
 
 __all__ = ["check_manifest", "crd", "version_schema", "strict_schema", "image_tag", "backend_of", "instance_gpus",
            "block_size", "CelRule", "CEL_RULES", "PLANNER_CONFIG_KEYS", "SEMVER_TAG", "DNS_LABEL", "API_VERSION",
-           "KIND", "GPU_RESOURCE"]
+           "KIND", "GPU_RESOURCE", "PARALLEL_FLAGS", "INSTANCE_SIZES", "parallel_flag"]

@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from spica_core.emit.crd import API_VERSION, DNS_LABEL, GPU_RESOURCE, KIND, MAIN_CONTAINER, SEMVER_TAG, image_tag
+from spica_core.emit.crd import (
+    API_VERSION, DNS_LABEL, GPU_RESOURCE, KIND, MAIN_CONTAINER, SEMVER_TAG, image_tag, parallel_flag,
+)
 from spica_core.errors import ManifestError, PlannerConfigError, SpicaError
 from spica_core.deployment import Candidate, EngineKnobs
 from spica_core.store import canonical_json, fingerprint
@@ -506,11 +508,11 @@ def _note_checkpoint(ctx: _Context, backend: str) -> None:
 
 def _vllm_args(ctx: _Context, role: str, shape: Shape, knobs: EngineKnobs) -> list[str]:
     model = ctx.candidate.context.model_name
-    args = ["--model", model, "--served-model-name", model, "--tensor-parallel-size", str(shape.tp)]
+    args = ["--model", model, "--served-model-name", model, parallel_flag("vllm", "tp"), str(shape.tp)]
     if shape.pp > 1:
-        args += ["--pipeline-parallel-size", str(shape.pp)]
+        args += [parallel_flag("vllm", "pp"), str(shape.pp)]
     if shape.attention_dp > 1:
-        args += ["--data-parallel-size", str(shape.attention_dp)]
+        args += [parallel_flag("vllm", "dp"), str(shape.attention_dp)]
     if shape.moe_ep > 1:
         args += ["--enable-expert-parallel"]
     args += ["--max-num-seqs", str(knobs.max_num_seqs), "--max-num-batched-tokens", str(knobs.max_num_batched_tokens),
@@ -540,13 +542,13 @@ def _vllm_args(ctx: _Context, role: str, shape: Shape, knobs: EngineKnobs) -> li
 def _sglang_args(ctx: _Context, role: str, shape: Shape, knobs: EngineKnobs) -> list[str]:
     model = ctx.candidate.context.model_name
     dp = shape.attention_dp
-    args = ["--model-path", model, "--served-model-name", model, "--tp-size", str(shape.tp * dp)]
+    args = ["--model-path", model, "--served-model-name", model, parallel_flag("sglang", "tp"), str(shape.tp * dp)]
     if shape.pp > 1:
-        args += ["--pp-size", str(shape.pp)]
+        args += [parallel_flag("sglang", "pp"), str(shape.pp)]
     if dp > 1:
-        args += ["--dp-size", str(dp), "--enable-dp-attention"]
+        args += [parallel_flag("sglang", "dp"), str(dp), "--enable-dp-attention"]
     if shape.moe_ep > 1:
-        args += ["--ep-size", str(shape.moe_ep)]
+        args += [parallel_flag("sglang", "ep"), str(shape.moe_ep)]
     args += ["--max-running-requests", str(knobs.max_num_seqs * dp),
              "--chunked-prefill-size", str(knobs.max_num_batched_tokens * dp),
              "--max-prefill-tokens", str(knobs.max_num_batched_tokens),
@@ -579,13 +581,13 @@ def _trtllm_args(ctx: _Context, role: str, shape: Shape, knobs: EngineKnobs) -> 
         ctx.problems.add(f"{role}_max_num_batched_tokens", f"TRT-LLM needs max_num_tokens "
                                                            f"({knobs.max_num_batched_tokens}) divisible by the block "
                                                            f"size ({knobs.block_size})")
-    args = ["--model-path", model, "--served-model-name", model, "--tensor-parallel-size", str(g_tp)]
+    args = ["--model-path", model, "--served-model-name", model, parallel_flag("trtllm", "tp"), str(g_tp)]
     if shape.pp > 1:
-        args += ["--pipeline-parallel-size", str(shape.pp)]
+        args += [parallel_flag("trtllm", "pp"), str(shape.pp)]
     if shape.attention_dp > 1:
         args += ["--enable-attention-dp"]
     if shape.is_moe_sharded:
-        args += ["--expert-parallel-size", str(shape.moe_ep)]
+        args += [parallel_flag("trtllm", "ep"), str(shape.moe_ep)]
     args += ["--max-batch-size", str(knobs.max_num_seqs), "--max-num-tokens", str(knobs.max_num_batched_tokens),
              "--kv-block-size", str(knobs.block_size),
              "--free-gpu-memory-fraction", _num(knobs.gpu_memory_utilization)]
