@@ -6,15 +6,15 @@ Why this module exists (Prefect 3.9.1, read in its source and measured):
   sweep's process group. A Ctrl-C or a group SIGTERM (``timeout``, Kubernetes) stops it together with
   the sweep; every API call after that (the engine reporting the crash, the log and event workers
   draining at exit) retries the dead server with exponential backoff, 1+2+4+8+16 s per call: the
-  reported hangs. So the sweep starts that server itself, in its own session (:class:`_TempServer`): it
+  reported hangs. So the sweep starts that server itself, in its own session (:class:`~spica_cli.api_server.TempServer`): it
   outlives the flow's crash report and the exit drains, and an atexit callback stops it last. It also
   gets a parent-death signal, so not even a SIGKILLed sweep orphans it.
 * Starting that server was most of the time from ``spica sweep`` to its first replay (issue 21,
   ``bench/bench_startup.py``): the child's imports and set-up, and Prefect's server modules, imported by the
   sweep itself only to start the child. So the sweep starts the child first thing, *held*
-  (:func:`prestart_api`): it imports while the sweep reads its config and imports Prefect, and serves once
+  (:func:`~spica_cli.api_server.prestart_api`): it imports while the sweep reads its config and imports Prefect, and serves once
   Prefect's settings say that a temporary server is wanted (:meth:`_Guard.start_api`); the sweep never imports
-  Prefect's server, and points its own settings at the child's URL (:func:`_use_api_url`). The first API call,
+  Prefect's server, and points its own settings at the child's URL (:func:`~spica_cli.api_server.use_api_url`). The first API call,
   slow on a new server, is made while the sweep imports the flow and the optimizer. Runs land in the same
   database (PREFECT_HOME) as before; with PREFECT_API_URL set, none of this happens.
 * The flow engine swaps SIGTERM for its own handler while a flow runs (``capture_sigterm``). When its
@@ -38,10 +38,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib.util
 import logging
 import os
-import random
 import select
 import signal
 import socket
@@ -54,12 +52,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Callable
 
+from spica_cli.api_server import TICK_S, TempServer, adopt, own_server, take_held
 from spica_cli.prefect_private import running_temporary_server
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 GRACE_S = 6.0          # stop signal → forced exit, if the orderly way (report the crash, drain, stop) is not done
 SERVER_GRACE_S = 1.5   # the API server's SIGTERM → SIGKILL, on a forced exit
-TICK_S = 0.25          # how often the watchers look at the API server process
 REMOTE_LOSS_S = 20.0   # a PREFECT_API_URL server that has not answered this long ends the sweep
 REMOTE_EVERY_S = 2.0
 
@@ -107,212 +105,6 @@ def interrupted(exc: BaseException, default_code: int = 128 + signal.SIGINT) -> 
     return ("\n" if sys.stderr.isatty() else "") + exc.message, exc.exit_code
 
 
-# ------------------------------------------------------------------ the API server, in its own session
-
-# The child side of the server's command: die with the sweep (PR_SET_PDEATHSIG = 1; Linux), and not start
-# at all if the sweep already died between fork and prctl. Held (SPICA_SERVER_HOLD): first import uvicorn and
-# Prefect's server, most of its start-up and free of side effects, then wait for one line on stdin: "go"
-# serves, anything else (EOF: the sweep ended, or it needs no temporary server) exits. Then exactly
-# `python -m uvicorn ARGS`.
-_SERVER_BOOT = """\
-import ctypes, os, signal, sys
-try:
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
-except Exception:
-    pass
-if str(os.getppid()) != os.environ.pop("SPICA_SWEEP_PID", str(os.getppid())):
-    sys.exit(0)
-if os.environ.pop("SPICA_SERVER_HOLD", ""):
-    import uvicorn.main, prefect.server.api.server
-    if sys.stdin.readline().strip() != "go":
-        sys.exit(0)
-sys.argv[0] = "uvicorn"
-from uvicorn.main import main
-main()
-"""
-_PORTS = range(8000, 9000)   # Prefect's SubprocessASGIServer._port_range
-_PORT_IN_USE = 3             # uvicorn's exit code when it cannot bind
-
-
-def _free_port() -> int:
-    """A free local port from Prefect's range, chosen as Prefect chooses it (random, bind-tested)."""
-    for _ in range(10):
-        port = random.choice(_PORTS)
-        with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                time.sleep(random.uniform(0.1, 0.5))
-    raise RuntimeError("no free port for the temporary Prefect API server")
-
-
-def _site_packages() -> str:
-    """Where ``prefect`` is installed (uvicorn's --app-dir), without importing it."""
-    module = sys.modules.get("prefect")
-    if module is not None:
-        return str(module.__module_path__.parent)
-    spec = importlib.util.find_spec("prefect")
-    if spec is None or spec.origin is None:
-        raise RuntimeError("prefect is not installed")
-    return str(Path(spec.origin).parent.parent)
-
-
-class _TempServer:
-    """Prefect's temporary API server, started by the sweep: Prefect 3.9.1's command and environment (server.py,
-    ``SubprocessASGIServer``) in its own session, so that signals to the sweep's process group do not reach it,
-    with a parent-death signal. Started *held* (:func:`prestart_api`) it imports while the sweep checks its
-    inputs, and serves once :meth:`release`\\ d; it is stopped at exit, after the flow has reported its end
-    and Prefect's log and event workers have drained (atexit, registered before Prefect's own callbacks)."""
-
-    def __init__(self, hold: bool):
-        self.port = _free_port()
-        self.held = hold
-        self.proc = self._popen(hold)
-        self._ready = threading.Event()
-        self._failure: str | None = None
-        atexit.register(self.stop)
-
-    @property
-    def api_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/api"
-
-    def _popen(self, hold: bool) -> subprocess.Popen[Any]:
-        server_env = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
-        settings_env: dict[str, str] = {}
-        if "prefect.settings" in sys.modules:  # (Prefect passes its settings on; a held start precedes them)
-            from prefect.settings import get_current_settings
-
-            settings_env = get_current_settings().to_environment_variables(exclude_unset=True)
-            settings_env.pop("PREFECT_API_URL", None)
-        env = {**os.environ, **server_env, **settings_env, "SPICA_SWEEP_PID": str(os.getpid())}
-        if hold:
-            env["SPICA_SERVER_HOLD"] = "1"
-        return subprocess.Popen(
-            args=[sys.executable, "-c", _SERVER_BOOT, "--app-dir", _site_packages(),
-                  "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
-                  "--port", str(self.port), "--log-level", "error", "--lifespan", "on"],
-            env=env, stdin=subprocess.PIPE if hold else None, start_new_session=True,
-        )
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def release(self, timeout: float) -> None:
-        """Serve now (a held server stops waiting), and come up in the background: :meth:`wait_ready`."""
-        if self.held:
-            self.held = False
-            assert self.proc.stdin is not None
-            with contextlib.suppress(OSError):
-                self.proc.stdin.write(b"go\n")
-                self.proc.stdin.close()
-        threading.Thread(target=self._come_up, args=(timeout,), name="spica-api-start", daemon=True).start()
-
-    def _come_up(self, timeout: float) -> None:
-        """Until /health answers (a new port when uvicorn found this one taken, as Prefect does), then the first
-        API call, which is slow (the server's lazy set-up): here, not in the flow's start."""
-        import httpx
-
-        end = time.monotonic() + timeout
-        try:
-            with httpx.Client() as client:
-                while True:
-                    code = self.proc.poll()
-                    if code == _PORT_IN_USE:
-                        self.port = _free_port()
-                        self.proc = self._popen(hold=False)
-                        continue
-                    if code is not None:
-                        self._failure = f"its process exited with code {code}"
-                        return
-                    if time.monotonic() >= end:
-                        self._failure = f"it did not answer within {timeout:g} s"
-                        return
-                    try:
-                        if client.get(f"{self.api_url}/health").status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                    time.sleep(0.1)
-                with contextlib.suppress(httpx.HTTPError):
-                    client.get(f"{self.api_url}/admin/version")
-        except Exception as exc:  # noqa: BLE001 - reported by wait_ready, in the main thread
-            self._failure = f"{type(exc).__name__}: {exc}"
-        finally:
-            self._ready.set()
-
-    def wait_ready(self) -> None:
-        """Once it answers (in slices, so that the main thread's signal handlers run meanwhile)."""
-        while not self._ready.wait(TICK_S):
-            pass
-        if self._failure is not None:
-            from spica_core.errors import SpicaError
-
-            raise SpicaError(f"the temporary Prefect API server did not start: {self._failure} (raise "
-                             "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS on a slow machine, or set "
-                             "PREFECT_API_URL to a running server)")
-
-    def stop(self) -> None:
-        """As Prefect stops its server: SIGTERM, SIGKILL after 5 s (idempotent; a held one just exits)."""
-        proc = self.proc
-        if proc.stdin is not None:
-            with contextlib.suppress(OSError):
-                proc.stdin.close()
-        if proc.poll() is None:
-            with contextlib.suppress(OSError):
-                proc.terminate()
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-_HELD: _TempServer | None = None   # started by prestart_api, not yet released or discarded
-_OWN: _TempServer | None = None    # the server this process's Prefect settings point at (reused by a later sweep)
-
-
-def _env_disables_ephemeral() -> bool:
-    value = os.environ.get("PREFECT_SERVER_EPHEMERAL_ENABLED", os.environ.get("PREFECT_SERVER_ALLOW_EPHEMERAL_MODE"))
-    return value is not None and value.strip().lower() in ("0", "false", "no", "off")
-
-
-def prestart_api() -> None:
-    """First thing in ``spica sweep``: start the temporary server's process, held, so that it imports (most of
-    its start-up, on another core) while the sweep reads its config and imports Prefect. Skipped when the
-    environment names an API (PREFECT_API_URL) or forbids the temporary server, when one runs already, and off
-    the main thread. :meth:`_Guard.start_api` releases or discards it once Prefect's settings are known."""
-    global _HELD
-    if (_HELD is not None or (_OWN is not None and _OWN.alive()) or os.environ.get("PREFECT_API_URL")
-            or _env_disables_ephemeral() or threading.current_thread() is not threading.main_thread()
-            or running_temporary_server() is not None):
-        return
-    try:
-        _HELD = _TempServer(hold=True)
-    except (OSError, RuntimeError):
-        _HELD = None  # the ordinary start (start_api) reports what is wrong
-
-
-def discard_held() -> None:
-    """A held server that no sweep released (the sweep failed before): it exits on EOF."""
-    global _HELD
-    held, _HELD = _HELD, None
-    if held is not None:
-        held.stop()
-
-
-def _use_api_url(url: str) -> None:
-    """Point this process's Prefect settings at ``url`` for the rest of its life, every thread included: the
-    process-wide settings context that ``SettingsContext.get()`` falls back to (as Prefect's test harness does).
-    Nothing is exported to the environment, so child processes do not inherit it."""
-    import prefect.context
-    from prefect.settings import PREFECT_API_URL
-
-    root = prefect.context.GLOBAL_SETTINGS_CONTEXT
-    prefect.context.GLOBAL_SETTINGS_CONTEXT = prefect.context.SettingsContext(
-        profile=root.profile, settings=root.settings.copy_with_update(updates={PREFECT_API_URL: url}))
-
-
 # ------------------------------------------------------------------ the guard
 
 
@@ -331,7 +123,7 @@ class _Guard:
         self._wsock: socket.socket | None = None
         self._previous: dict[int, Handler] = {}
         self._previous_wakeup = -1
-        self._own: _TempServer | None = None      # our temporary server (start_api), waited for by watch_api
+        self._own: TempServer | None = None      # our temporary server (start_api), waited for by watch_api
         self._remote: str | None = None           # PREFECT_API_URL's server
         self._server_proc: subprocess.Popen[Any] | None = None  # the temporary server's process, watched
         self._threads: list[threading.Thread] = []
@@ -358,8 +150,7 @@ class _Guard:
         """Where the sweep's Prefect API is, from Prefect's settings: the server PREFECT_API_URL names, Prefect's own
         temporary server when this process runs one already, or ours: the held one released now (it comes up
         while the sweep imports the flow), else one started now. :meth:`watch_api` waits for it."""
-        global _HELD
-        held, _HELD = _HELD, None
+        held = take_held()
         if not self._installed:  # not on the main thread: Prefect starts its server itself, as it always did
             if held is not None:
                 held.stop()
@@ -370,9 +161,10 @@ class _Guard:
         )
 
         url = PREFECT_API_URL.value()
-        ours = _OWN is not None and url == _OWN.api_url
-        if ours and _OWN is not None and _OWN.alive():  # an earlier sweep in this process started it
-            self._own = _OWN
+        earlier = own_server()
+        ours = earlier is not None and url == earlier.api_url
+        if ours and earlier is not None and earlier.alive():  # an earlier sweep in this process started it
+            self._own = earlier
         elif url and not ours:
             self._remote = url
         elif not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
@@ -383,7 +175,7 @@ class _Guard:
             pass  # settings set in this process (a `temporary_settings` block): Prefect starts its server for them
         else:
             try:
-                self._own = held or _TempServer(hold=False)
+                self._own = held or TempServer(hold=False)
             except (OSError, RuntimeError) as exc:
                 from spica_core.errors import SpicaError
 
@@ -396,14 +188,11 @@ class _Guard:
     def watch_api(self) -> None:
         """Wait for the temporary server (once, before the flow starts) and point Prefect at it; then watch the
         sweep's API: the temporary server's process, or PREFECT_API_URL's server over HTTP."""
-        global _OWN
         if not self._installed:
             return
         if self._own is not None:
             self._own.wait_ready()
-            if _OWN is not self._own:
-                _use_api_url(self._own.api_url)
-                _OWN = self._own
+            adopt(self._own)
             self._server_proc = self._own.proc
         if self._server_proc is not None:
             self._start(self._watch_server, "spica-api-watch")
@@ -577,7 +366,7 @@ _ACTIVE: _Guard | None = None
 
 def _exit_phase_handler(signum: int, frame: FrameType | None) -> None:
     """A stop signal while the interpreter tears down after a finished sweep: nothing is left to save."""
-    server = _OWN.proc if _OWN is not None else None
+    server = own.proc if (own := own_server()) is not None else None
     with contextlib.suppress(Exception):
         server = server or getattr(running_temporary_server(), "server_process", None)
     _kill_children(server)
@@ -659,4 +448,4 @@ def stoppable() -> Iterator[_Guard]:
     _arm_exit_phase()
 
 
-__all__ = ["GRACE_S", "Interrupted", "discard_held", "interrupted", "prestart_api", "stoppable"]
+__all__ = ["GRACE_S", "Interrupted", "interrupted", "stoppable"]

@@ -135,7 +135,8 @@ def _warm_up(config: SmartSearchConfig) -> None:
 
 def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: int | None = None,
                   from_stage: str | None = None, warm_start: str | None = None, cluster: str | None = None) -> int:
-    from spica_cli.signals import discard_held, prestart_api, stoppable
+    from spica_cli.api_server import discard_held, prestart_api
+    from spica_cli.signals import stoppable
 
     # Prefect's temporary server takes seconds to start: its process starts importing now (signals.py).
     prestart_api()

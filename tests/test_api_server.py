@@ -1,4 +1,4 @@
-"""The sweep's temporary Prefect API server (spica_cli/signals.py): started held, released or discarded, and the
+"""The sweep's temporary Prefect API server (spica_cli/api_server.py): started held, released or discarded, and the
 process's Prefect settings pointed at it. A real sweep through it: test_stop.py, test_cli.py (slow)."""
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import threading
 
 import pytest
 
-from spica_cli import signals
+from spica_cli import api_server
 
 
 def test_a_held_server_that_is_not_released_exits_on_eof_without_serving() -> None:
-    server = signals._TempServer(hold=True)
+    server = api_server.TempServer(hold=True)
     try:
         assert server.held and server.alive()
         assert server.proc.stdin is not None
@@ -25,14 +25,14 @@ def test_a_held_server_that_is_not_released_exits_on_eof_without_serving() -> No
 
 
 def test_no_held_server_when_the_environment_names_an_api(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(signals, "_HELD", None)
+    monkeypatch.setattr(api_server, "_HELD", None)
     for name, value in (("PREFECT_API_URL", "http://127.0.0.1:9/api"),
                         ("PREFECT_SERVER_ALLOW_EPHEMERAL_MODE", "false")):
         with monkeypatch.context() as env:
             env.setenv(name, value)
-            signals.prestart_api()
-            assert signals._HELD is None
-    signals.discard_held()  # a no-op without one
+            api_server.prestart_api()
+            assert api_server._HELD is None
+    api_server.discard_held()  # a no-op without one
 
 
 def test_the_api_url_reaches_every_thread_but_not_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -42,7 +42,7 @@ def test_the_api_url_reaches_every_thread_but_not_the_environment(monkeypatch: p
     monkeypatch.setattr(prefect.context, "GLOBAL_SETTINGS_CONTEXT", prefect.context.GLOBAL_SETTINGS_CONTEXT)
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     url = "http://127.0.0.1:8999/api"
-    signals._use_api_url(url)
+    api_server.use_api_url(url)
     seen: list[str | None] = []
     thread = threading.Thread(target=lambda: seen.append(PREFECT_API_URL.value()))
     thread.start()
