@@ -16,7 +16,6 @@ _UNION_TAGS = ("agg", "disagg")
 _VALIDATOR_PARTS = ("str", "dict[str,any]", "function-before[check()]", "function-after[check()]")
 
 
-
 def _format_loc(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
