@@ -12,23 +12,21 @@ from spica_core.config.lazy import lazy_names
 _FROM: dict[str, str] = {
     **dict.fromkeys(("issues_from",), "issues"),
     **dict.fromkeys((
-        "COMPOSITE_PRESETS", "ENGINE_KNOBS", "INT_KNOBS", "KV_ROUTER_KNOBS", "PREDICTOR_FAMILIES",
-        "decode_composite", "entry_label", "predictor_fields",
+        "COMPOSITE_PRESETS", "decode_composite", "DEFAULT_KV_CACHE_DTYPE", "ENGINE_KNOBS", "entry_label",
+        "INT_KNOBS", "KV_ROUTER_KNOBS", "PREDICTOR_FAMILIES", "predictor_fields",
     ), "knobs"),
     **dict.fromkeys((
-        "GOODPUT_TARGETS", "MINIMIZED_TARGETS", "DisaggParallel", "OptimizationGoal", "OptimizationTarget",
-        "ParallelShape", "SearchSpace", "SLATarget", "SmartSearchConfig", "SweepConfig", "SweepPolicy",
-        "VizierAlgorithm", "Workload",
+        "CLUSTER_FORMS", "DisaggParallel", "GOODPUT_TARGETS", "MINIMIZED_TARGETS", "OptimizationGoal",
+        "OptimizationTarget", "ParallelShape", "parse_cluster_address", "SearchSpace", "SLATarget",
+        "SmartSearchConfig", "SweepConfig", "SweepPolicy", "VizierAlgorithm", "Workload",
     ), "model"),
     **dict.fromkeys((
-        "PolicyEntry", "PolicyFilter", "filter_for_goal", "filter_scaling_policies", "planner_target",
+        "filter_for_goal", "filter_scaling_policies", "planner_target", "PolicyEntry", "PolicyFilter",
         "scaling_flags", "throughput_intervals", "with_policies",
     ), "policies"),
     **dict.fromkeys(("branch_knob_choices",), "pruning"),
     **dict.fromkeys(("describe", "searched_knobs"), "summary"),
-    **dict.fromkeys(("DEFAULT_KV_CACHE_DTYPE",), "knobs"),
-    **dict.fromkeys(("CLUSTER_FORMS", "parse_cluster_address"), "model"),
-    **dict.fromkeys(("TRACE_BLOCK_SIZE", "TraceSummary", "check_trace", "read_trace", "trace_lines"), "trace"),
+    **dict.fromkeys(("check_trace", "read_trace", "TRACE_BLOCK_SIZE", "trace_lines", "TraceSummary"), "trace"),
 }
 
 
@@ -38,32 +36,29 @@ __getattr__, __dir__ = lazy_names(__name__, _FROM)
 if TYPE_CHECKING:  # what type checkers and editors see
     from spica_core.config.issues import issues_from
     from spica_core.config.knobs import (
-        COMPOSITE_PRESETS, ENGINE_KNOBS, INT_KNOBS, KV_ROUTER_KNOBS, PREDICTOR_FAMILIES, decode_composite,
-        entry_label, predictor_fields
+        COMPOSITE_PRESETS, decode_composite, DEFAULT_KV_CACHE_DTYPE, ENGINE_KNOBS, entry_label, INT_KNOBS,
+        KV_ROUTER_KNOBS, PREDICTOR_FAMILIES, predictor_fields
     )
     from spica_core.config.model import (
-        GOODPUT_TARGETS, MINIMIZED_TARGETS, DisaggParallel, OptimizationGoal, OptimizationTarget,
-        ParallelShape, SearchSpace, SLATarget, SmartSearchConfig, SweepConfig, SweepPolicy, VizierAlgorithm,
-        Workload
+        CLUSTER_FORMS, DisaggParallel, GOODPUT_TARGETS, MINIMIZED_TARGETS, OptimizationGoal,
+        OptimizationTarget, ParallelShape, parse_cluster_address, SearchSpace, SLATarget, SmartSearchConfig,
+        SweepConfig, SweepPolicy, VizierAlgorithm, Workload
     )
     from spica_core.config.policies import (
-        PolicyEntry, PolicyFilter, filter_for_goal, filter_scaling_policies, planner_target, scaling_flags,
+        filter_for_goal, filter_scaling_policies, planner_target, PolicyEntry, PolicyFilter, scaling_flags,
         throughput_intervals, with_policies
     )
     from spica_core.config.pruning import branch_knob_choices
     from spica_core.config.summary import describe, searched_knobs
-    from spica_core.config.knobs import DEFAULT_KV_CACHE_DTYPE
-    from spica_core.config.model import CLUSTER_FORMS, parse_cluster_address
-    from spica_core.config.trace import TRACE_BLOCK_SIZE, TraceSummary, check_trace, read_trace, trace_lines
+    from spica_core.config.trace import check_trace, read_trace, TRACE_BLOCK_SIZE, trace_lines, TraceSummary
 
 __all__ = [
-    "COMPOSITE_PRESETS", "ENGINE_KNOBS", "INT_KNOBS", "KV_ROUTER_KNOBS", "PREDICTOR_FAMILIES",
-    "decode_composite", "entry_label", "predictor_fields", "GOODPUT_TARGETS", "MINIMIZED_TARGETS",
-    "DisaggParallel", "OptimizationGoal", "OptimizationTarget", "ParallelShape", "SearchSpace", "SLATarget",
-    "SmartSearchConfig", "SweepConfig", "SweepPolicy", "VizierAlgorithm", "Workload", "issues_from",
-    "PolicyEntry", "PolicyFilter", "filter_for_goal", "filter_scaling_policies", "planner_target",
-    "scaling_flags", "throughput_intervals", "with_policies", "branch_knob_choices", "describe",
-    "searched_knobs",
-    "CLUSTER_FORMS", "DEFAULT_KV_CACHE_DTYPE", "TRACE_BLOCK_SIZE", "TraceSummary", "check_trace", "lazy_names",
-    "parse_cluster_address", "read_trace", "trace_lines",
+    "lazy_names", "branch_knob_choices", "check_trace", "CLUSTER_FORMS", "COMPOSITE_PRESETS",
+    "decode_composite", "DEFAULT_KV_CACHE_DTYPE", "describe", "DisaggParallel", "ENGINE_KNOBS", "entry_label",
+    "filter_for_goal", "filter_scaling_policies", "GOODPUT_TARGETS", "INT_KNOBS", "issues_from",
+    "KV_ROUTER_KNOBS", "MINIMIZED_TARGETS", "OptimizationGoal", "OptimizationTarget", "ParallelShape",
+    "parse_cluster_address", "planner_target", "PolicyEntry", "PolicyFilter", "PREDICTOR_FAMILIES",
+    "predictor_fields", "read_trace", "scaling_flags", "searched_knobs", "SearchSpace", "SLATarget",
+    "SmartSearchConfig", "SweepConfig", "SweepPolicy", "throughput_intervals", "TRACE_BLOCK_SIZE",
+    "trace_lines", "TraceSummary", "VizierAlgorithm", "with_policies", "Workload",
 ]

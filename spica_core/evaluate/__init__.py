@@ -12,18 +12,18 @@ from typing import TYPE_CHECKING
 from spica_core.config.lazy import lazy_names
 
 _FROM: dict[str, str] = {
-    **dict.fromkeys(("ClusterEvaluator",), "cluster"),
-    **dict.fromkeys(("EvalRequest", "Outcome", "Status", "evaluate_one"), "evaluator"),
-    **dict.fromkeys(("make_evaluator",), "evaluators"),
-    **dict.fromkeys(("EvalPool", "SequentialEvaluator", "abandon_all"), "pool"),
-    **dict.fromkeys(("POLL_S", "Evaluator"), "workers"),
-    **dict.fromkeys((
-        "avg_gpu", "candidate_metrics", "headline", "is_feasible", "metric_value", "minimised", "objective_vector",
-        "raw_value", "score_report", "signed", "sla_kwargs",
-    ), "scoring"),
     **dict.fromkeys(("Band", "bands_from_dict", "bands_to_dict", "load_bands"), "bands"),
-    **dict.fromkeys(("Headroom", "find_headroom", "metrics_attainment"), "headroom"),
+    **dict.fromkeys(("ClusterEvaluator",), "cluster"),
+    **dict.fromkeys(("EvalRequest", "evaluate_one", "Outcome", "Status"), "evaluator"),
+    **dict.fromkeys(("make_evaluator",), "evaluators"),
+    **dict.fromkeys(("find_headroom", "Headroom", "metrics_attainment"), "headroom"),
+    **dict.fromkeys(("abandon_all", "EvalPool", "SequentialEvaluator"), "pool"),
     **dict.fromkeys(("replay_is_exact", "replay_spread"), "repeats"),
+    **dict.fromkeys((
+        "avg_gpu", "candidate_metrics", "headline", "is_feasible", "metric_value", "minimised",
+        "objective_vector", "raw_value", "score_report", "signed", "sla_kwargs",
+    ), "scoring"),
+    **dict.fromkeys(("Evaluator", "POLL_S"), "workers"),
 }
 
 
@@ -31,23 +31,23 @@ __getattr__, __dir__ = lazy_names(__name__, _FROM)
 
 
 if TYPE_CHECKING:  # what type checkers and editors see
-    from spica_core.evaluate.cluster import ClusterEvaluator
-    from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status, evaluate_one
-    from spica_core.evaluate.evaluators import make_evaluator
-    from spica_core.evaluate.pool import EvalPool, SequentialEvaluator, abandon_all
-    from spica_core.evaluate.scoring import (
-        avg_gpu, candidate_metrics, headline, is_feasible, metric_value, minimised, objective_vector, raw_value,
-        score_report, signed, sla_kwargs
-    )
-    from spica_core.evaluate.workers import POLL_S, Evaluator
     from spica_core.evaluate.bands import Band, bands_from_dict, bands_to_dict, load_bands
-    from spica_core.evaluate.headroom import Headroom, find_headroom, metrics_attainment
+    from spica_core.evaluate.cluster import ClusterEvaluator
+    from spica_core.evaluate.evaluator import EvalRequest, evaluate_one, Outcome, Status
+    from spica_core.evaluate.evaluators import make_evaluator
+    from spica_core.evaluate.headroom import find_headroom, Headroom, metrics_attainment
+    from spica_core.evaluate.pool import abandon_all, EvalPool, SequentialEvaluator
     from spica_core.evaluate.repeats import replay_is_exact, replay_spread
+    from spica_core.evaluate.scoring import (
+        avg_gpu, candidate_metrics, headline, is_feasible, metric_value, minimised, objective_vector,
+        raw_value, score_report, signed, sla_kwargs
+    )
+    from spica_core.evaluate.workers import Evaluator, POLL_S
 
 __all__ = [
-    "POLL_S", "abandon_all", "ClusterEvaluator", "EvalPool", "EvalRequest", "Evaluator", "Outcome",
-    "SequentialEvaluator", "Status", "avg_gpu", "candidate_metrics", "evaluate_one", "headline", "is_feasible",
-    "make_evaluator", "metric_value", "objective_vector", "score_report", "signed", "sla_kwargs",
-    "Band", "Headroom", "bands_from_dict", "bands_to_dict", "find_headroom", "load_bands", "metrics_attainment",
-    "replay_is_exact", "replay_spread", "minimised", "raw_value",
+    "abandon_all", "avg_gpu", "Band", "bands_from_dict", "bands_to_dict", "candidate_metrics",
+    "ClusterEvaluator", "EvalPool", "EvalRequest", "evaluate_one", "Evaluator", "find_headroom", "headline",
+    "Headroom", "is_feasible", "load_bands", "make_evaluator", "metric_value", "metrics_attainment",
+    "minimised", "objective_vector", "Outcome", "POLL_S", "raw_value", "replay_is_exact", "replay_spread",
+    "score_report", "SequentialEvaluator", "signed", "sla_kwargs", "Status",
 ]

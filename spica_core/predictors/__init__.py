@@ -21,15 +21,13 @@ from spica_core.predictors.subsweep import (
     sweep_load_predictor,
     sweep_windows,
 )
-from spica_core.predictors.windows import Window, build_windows
-from spica_core.predictors.windows import read_arrivals, windows_from_arrivals
+from spica_core.predictors.windows import Window, build_windows, read_arrivals, windows_from_arrivals
 
 __all__ = [
     "FAMILIES", "LoadPredictor", "ConstantPredictor", "ArimaPredictor", "ProphetPredictor", "KalmanPredictor",
     "make_predictor", "entry_fields",
     "log_error", "window_loss",
-    "Window", "build_windows",
+    "Window", "build_windows", "read_arrivals", "windows_from_arrivals",
     "LoadPredictorResult", "common_warmup", "evaluate_entry", "pick_winner", "sweep_windows", "sweep_load_predictor",
     "REASON_NO_THROUGHPUT", "REASON_STATIC", "FALLBACK_ENTRY",
-    "read_arrivals", "windows_from_arrivals",
 ]

@@ -12,9 +12,9 @@ from spica_core.config.lazy import lazy_names
 _FROM: dict[str, str] = {
     **dict.fromkeys((
         "BRANCHES_SCHEMA", "CATALOG", "CONFIG_SCHEMA", "DEFAULT_RUNS_ROOT", "FINGERPRINT_KEY",
-        "LOAD_PREDICTOR_SCHEMA", "RANKING_SCHEMA", "SHAPES_SCHEMA", "TRIALS_SCHEMA", "RunDir", "Stage",
+        "LOAD_PREDICTOR_SCHEMA", "RANKING_SCHEMA", "RunDir", "SHAPES_SCHEMA", "Stage", "TRIALS_SCHEMA",
     ), "catalog"),
-    **dict.fromkeys(("RunIdentity", "config_from_row", "config_rows", "engine_versions", "identify"), "identity"),
+    **dict.fromkeys(("config_from_row", "config_rows", "engine_versions", "identify", "RunIdentity"), "identity"),
     **dict.fromkeys(("over_context_note",), "inputs"),
 }
 
@@ -25,15 +25,13 @@ __getattr__, __dir__ = lazy_names(__name__, _FROM)
 if TYPE_CHECKING:  # what type checkers and editors see
     from spica_core.run.catalog import (
         BRANCHES_SCHEMA, CATALOG, CONFIG_SCHEMA, DEFAULT_RUNS_ROOT, FINGERPRINT_KEY, LOAD_PREDICTOR_SCHEMA,
-        RANKING_SCHEMA, SHAPES_SCHEMA, TRIALS_SCHEMA, RunDir, Stage
+        RANKING_SCHEMA, RunDir, SHAPES_SCHEMA, Stage, TRIALS_SCHEMA
     )
-    from spica_core.run.identity import RunIdentity, config_from_row, config_rows, engine_versions, identify
+    from spica_core.run.identity import config_from_row, config_rows, engine_versions, identify, RunIdentity
     from spica_core.run.inputs import over_context_note
 
 __all__ = [
-    "CATALOG", "Stage", "RunDir", "DEFAULT_RUNS_ROOT", "FINGERPRINT_KEY", "CONFIG_SCHEMA", "BRANCHES_SCHEMA",
-    "SHAPES_SCHEMA", "LOAD_PREDICTOR_SCHEMA", "TRIALS_SCHEMA", "RANKING_SCHEMA", "RunIdentity", "identify",
-    "engine_versions", "config_rows",
-    "config_from_row",
-    "over_context_note",
+    "BRANCHES_SCHEMA", "CATALOG", "config_from_row", "config_rows", "CONFIG_SCHEMA", "DEFAULT_RUNS_ROOT",
+    "engine_versions", "FINGERPRINT_KEY", "identify", "LOAD_PREDICTOR_SCHEMA", "over_context_note",
+    "RANKING_SCHEMA", "RunDir", "RunIdentity", "SHAPES_SCHEMA", "Stage", "TRIALS_SCHEMA",
 ]

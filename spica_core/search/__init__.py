@@ -11,9 +11,8 @@ from spica_core.search.suggesters import (
     ATTEMPT_CAP_FACTOR, Proposal, Suggester, ThoroughSuggester, VizierSuggester, thorough_proposals, thorough_size,
 )
 from spica_core.search.summary import SweepSummary
-from spica_core.search.trials import EvalCache, Tally, Trial
+from spica_core.search.trials import EvalCache, Tally, Trial, reason_class
 from spica_core.search.warm_start import WARM_TOP, WarmStart, latest_run, load_warm_start
-from spica_core.search.trials import reason_class
 
 __all__ = [
     "ATTEMPT_CAP_FACTOR", "CandidateSpace", "EvalCache", "FLOAT_LEVELS", "Proposal", "RankedCandidate", "Batch",
@@ -22,6 +21,5 @@ __all__ = [
     "VizierSuggester", "cache_key",
     "derive_seed", "dominates", "finite_or_infeasible", "pareto_front", "rank", "rank_trials", "round_plan",
     "search_branch", "study_metrics", "thorough_proposals", "thorough_size", "WARM_TOP", "WarmStart", "latest_run",
-    "load_warm_start",
-    "reason_class",
+    "load_warm_start", "reason_class",
 ]

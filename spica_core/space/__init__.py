@@ -11,22 +11,24 @@ from spica_core.config.lazy import lazy_names
 
 _FROM: dict[str, str] = {
     **dict.fromkeys((
-        "BackendSpace", "Branch", "BranchSet", "Dropped", "LegalSpace", "enumerate_branches",
-        "estimate_shapes", "kv_filter", "legal_space", "pinned_configs",
+        "BackendSpace", "Branch", "BranchSet", "config_strategy", "Dropped", "enumerate_branches",
+        "estimate_shapes", "kv_filter", "legal_space", "LegalSpace", "pinned_configs", "Variant",
+        "VARIANT_KNOBS",
     ), "branches"),
     **dict.fromkeys(("config_rejection", "configs_from_shapes", "sort_configs", "worker_shapes"), "enumeration"),
-    **dict.fromkeys(("ModelFacts", "SystemFacts", "backend_version", "model_facts", "system_facts"), "facts"),
-    **dict.fromkeys(("ShapeKV", "kv_tokens_per_rank", "max_seq_len", "shape_kv"), "kv"),
+    **dict.fromkeys((
+        "aic_version", "backend_version", "cache_dir", "model_facts", "ModelFacts", "quiet_aic",
+        "system_facts", "SystemFacts",
+    ), "facts"),
+    **dict.fromkeys(("kv_tokens_per_rank", "max_seq_len", "shape_kv", "ShapeKV"), "kv"),
     **dict.fromkeys(("Mode", "ParallelConfig", "RoleConfig", "Shape"), "parallel"),
     **dict.fromkeys(("Param",), "params"),
-    **dict.fromkeys(("EngineShape", "StepTimes", "kv_blocks_per_rank", "profile_path", "step_engine", "timing_model",
-                     "timing_shape"), "profiles"),
-    **dict.fromkeys(("ProjectionRecord", "latent_params"), "projection"),
-    **dict.fromkeys(("VARIANT_KNOBS", "Variant", "config_strategy"), "branches"),
-    **dict.fromkeys(("aic_version", "cache_dir", "quiet_aic"), "facts"),
-    **dict.fromkeys(("Precision", "check_quantization", "precision_of"), "precision"),
-    **dict.fromkeys(("model_config",), "profiles"),
-    **dict.fromkeys(("config_features", "has_moe_shape"), "projection"),
+    **dict.fromkeys(("check_quantization", "Precision", "precision_of"), "precision"),
+    **dict.fromkeys((
+        "EngineShape", "kv_blocks_per_rank", "model_config", "profile_path", "step_engine", "StepTimes",
+        "timing_model", "timing_shape",
+    ), "profiles"),
+    **dict.fromkeys(("config_features", "has_moe_shape", "latent_params", "ProjectionRecord"), "projection"),
 }
 
 
@@ -35,31 +37,31 @@ __getattr__, __dir__ = lazy_names(__name__, _FROM)
 
 if TYPE_CHECKING:  # what type checkers and editors see
     from spica_core.space.branches import (
-        BackendSpace, Branch, BranchSet, Dropped, LegalSpace, enumerate_branches, estimate_shapes,
-        kv_filter, legal_space, pinned_configs
+        BackendSpace, Branch, BranchSet, config_strategy, Dropped, enumerate_branches, estimate_shapes,
+        kv_filter, legal_space, LegalSpace, pinned_configs, Variant, VARIANT_KNOBS
     )
     from spica_core.space.enumeration import config_rejection, configs_from_shapes, sort_configs, worker_shapes
-    from spica_core.space.facts import ModelFacts, SystemFacts, backend_version, model_facts, system_facts
-    from spica_core.space.kv import ShapeKV, kv_tokens_per_rank, max_seq_len, shape_kv
+    from spica_core.space.facts import (
+        aic_version, backend_version, cache_dir, model_facts, ModelFacts, quiet_aic, system_facts,
+        SystemFacts
+    )
+    from spica_core.space.kv import kv_tokens_per_rank, max_seq_len, shape_kv, ShapeKV
     from spica_core.space.parallel import Mode, ParallelConfig, RoleConfig, Shape
     from spica_core.space.params import Param
+    from spica_core.space.precision import check_quantization, Precision, precision_of
     from spica_core.space.profiles import (
-        EngineShape, StepTimes, kv_blocks_per_rank, profile_path, step_engine, timing_model, timing_shape
+        EngineShape, kv_blocks_per_rank, model_config, profile_path, step_engine, StepTimes, timing_model,
+        timing_shape
     )
-    from spica_core.space.projection import ProjectionRecord, latent_params
-    from spica_core.space.branches import VARIANT_KNOBS, Variant, config_strategy
-    from spica_core.space.facts import aic_version, cache_dir, quiet_aic
-    from spica_core.space.precision import Precision, check_quantization, precision_of
-    from spica_core.space.profiles import model_config
-    from spica_core.space.projection import config_features, has_moe_shape
+    from spica_core.space.projection import config_features, has_moe_shape, latent_params, ProjectionRecord
 
 __all__ = [
-    "BackendSpace", "Branch", "BranchSet", "Dropped", "EngineShape", "LegalSpace", "Mode", "ModelFacts", "Param",
-    "ParallelConfig", "ProjectionRecord", "RoleConfig", "Shape", "ShapeKV", "SystemFacts", "backend_version",
-    "config_rejection", "configs_from_shapes", "enumerate_branches", "estimate_shapes", "kv_filter",
-    "kv_tokens_per_rank", "latent_params", "legal_space", "max_seq_len", "model_facts", "pinned_configs",
-    "shape_kv", "sort_configs", "system_facts", "worker_shapes", "StepTimes", "kv_blocks_per_rank", "profile_path",
-    "step_engine", "timing_model", "timing_shape",
-    "Precision", "VARIANT_KNOBS", "Variant", "aic_version", "cache_dir", "check_quantization",
-    "config_features", "config_strategy", "has_moe_shape", "model_config", "precision_of", "quiet_aic",
+    "aic_version", "backend_version", "BackendSpace", "Branch", "BranchSet", "cache_dir", "check_quantization",
+    "config_features", "config_rejection", "config_strategy", "configs_from_shapes", "Dropped", "EngineShape",
+    "enumerate_branches", "estimate_shapes", "has_moe_shape", "kv_blocks_per_rank", "kv_filter",
+    "kv_tokens_per_rank", "latent_params", "legal_space", "LegalSpace", "max_seq_len", "Mode", "model_config",
+    "model_facts", "ModelFacts", "ParallelConfig", "Param", "pinned_configs", "Precision", "precision_of",
+    "profile_path", "ProjectionRecord", "quiet_aic", "RoleConfig", "Shape", "shape_kv", "ShapeKV",
+    "sort_configs", "step_engine", "StepTimes", "system_facts", "SystemFacts", "timing_model", "timing_shape",
+    "Variant", "VARIANT_KNOBS", "worker_shapes",
 ]
