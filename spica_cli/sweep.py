@@ -138,7 +138,7 @@ def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: i
     from spica_cli.api_server import discard_held, prestart_api
     from spica_cli.signals import stoppable
 
-    # Prefect's temporary server takes seconds to start: its process starts importing now (signals.py).
+    # Prefect's temporary server takes seconds to start: its process starts importing now (api_server.py).
     prestart_api()
     try:
         from spica_core.run import lock

@@ -49,4 +49,4 @@ def listening(listener: Listener) -> Iterator[None]:
             _listeners.remove(listener)
 
 
-__all__ = ["SetAside", "Listener", "report_set_aside", "listening"]
+__all__ = ["Listener", "report_set_aside", "listening"]

@@ -64,11 +64,9 @@ def rank_task(run: ValidatedRun, context: SearchContext) -> list[RankedCandidate
     rd = run.run_dir
     trials = stored_trials(rd, context)
     inputs = CATALOG["ranking"].fingerprint(trials=file_fingerprint(rd.artifact("trials")) if trials else None)
-
-    def rank() -> list[RankedCandidate]:
-        ranked = rank_trials(trials, run.search_config)
-        publish_ranking(run.identity.run_id, run.search_config, ranked, str(rd.path))
-        return ranked
-
-    return rd.kept_or_made("ranking", inputs, rank, rows=lambda ranked: [r.to_row() for r in ranked],
-                           read=lambda rows: [RankedCandidate.from_row(r) for r in rows])
+    if rd.fresh("ranking", inputs):  # (not kept_or_made: the ranking is published once it is written)
+        return [RankedCandidate.from_row(r) for r in rd.rows("ranking")]
+    ranked = rank_trials(trials, run.search_config)
+    rd.write("ranking", [r.to_row() for r in ranked], inputs)
+    publish_ranking(run.identity.run_id, run.search_config, ranked, str(rd.path))
+    return ranked

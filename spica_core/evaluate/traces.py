@@ -17,7 +17,6 @@ from spica_core.config.trace import TRACE_BLOCK_SIZE, trace_lines
 from spica_core.errors import TraceError
 
 
-
 @dataclass(frozen=True)
 class FittedTrace:
     """A trace with its requests over the context left out (workload.over_context drop or fail)."""
@@ -83,8 +82,7 @@ def spread_trace(isl: int, osl: int, count: int, spread: float, interval_ms: flo
                  block: int = TRACE_BLOCK_SIZE) -> Path:
     """``workload.length_spread``: the synthetic requests as a mooncake trace, lengths spread, prompts unshared,
     one arrival every ``interval_ms`` (0: all at once, for a closed loop). Written once per spec, atomically."""
-    from spica_core.store import write_file
-    from spica_core.store import fingerprint
+    from spica_core.store import fingerprint, write_file
 
     key = fingerprint({"isl": isl, "osl": osl, "count": count, "spread": spread, "interval_ms": interval_ms,
                        "seed": SPREAD_SEED, "block": block})

@@ -14,6 +14,7 @@ import json
 import os
 import tempfile
 from dataclasses import asdict, dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -129,11 +130,13 @@ def _gemm_ms(handle: Any) -> float:
     return float(ops.get("generation_qkv_gemm", 0.0) + ops.get("generation_proj_gemm", 0.0))
 
 
+@lru_cache(maxsize=None)
 def timing_shape(es: EngineShape) -> tuple[EngineShape, str | None]:
     """The shape whose AIC timing the replay uses, and why it differs from ``es`` (None = it does not).
 
     Only a block-FP8 GEMM table that is host-bound (see HOST_BOUND_GEMM_RATIO) is swapped, for the
-    per-tensor FP8 table of the same backend; weights, KV and MoE keep their own precision.
+    per-tensor FP8 table of the same backend; weights, KV and MoE keep their own precision. Kept per
+    process: building a profile asks twice (its tables, then its metadata), and it depends on AIC's data only.
     """
     model, handle = step_engine(es)
     if getattr(model.config.gemm_quant_mode, "name", None) != "fp8_block":
@@ -183,12 +186,12 @@ def profile_path(es: EngineShape, directory: str | Path | None = None) -> Path:
         return path.resolve()
     root.mkdir(parents=True, exist_ok=True)
     tables = build_tables(es)
+    timed, why = timing_shape(es)
     fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{path.stem}.", suffix=".npz")
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **tables)
         os.chmod(tmp, 0o644)
-        timed, why = timing_shape(es)
         meta = {"shape": asdict(es), "schema": PROFILE_SCHEMA, "aic": aic_version(),
                 "resolved_quant": _resolved_quant(es), "timed_quant": _resolved_quant(timed), "timing_note": why}
         path.with_suffix(".json").write_text(json.dumps(meta, indent=1, sort_keys=True))
@@ -272,5 +275,5 @@ def kv_blocks_per_rank(model: str, system: str, backend: str, shape: Shape, *, p
     return int(tokens) // int(block_size)
 
 
-__all__ = ["EngineShape", "profile_path", "build_tables", "timing_shape", "timing_model", "StepTimes", "kv_blocks_per_rank",
-           "step_engine"]
+__all__ = ["EngineShape", "profile_path", "build_tables", "timing_shape", "timing_model", "StepTimes",
+           "kv_blocks_per_rank", "step_engine"]
