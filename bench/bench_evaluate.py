@@ -21,7 +21,7 @@ from spica_core.config.model import SmartSearchConfig  # noqa: E402
 from spica_core.deployment import Candidate
 from spica_core.evaluate import EvalPool, EvalRequest, evaluate_one  # noqa: E402
 from spica_core.space.parallel import ParallelConfig  # noqa: E402
-from spica_core.evaluate.traces import write_poisson_trace  # noqa: E402
+from examples.make_traces import write_poisson_trace  # noqa: E402
 
 
 def make_request(trace: Path, router: str) -> EvalRequest:

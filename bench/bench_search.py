@@ -52,7 +52,7 @@ from results_doc import DOCS, write_section  # noqa: E402
 
 from spica_core.config.model import SmartSearchConfig  # noqa: E402
 from spica_core.evaluate import EvalPool, EvalRequest, Outcome, SequentialEvaluator  # noqa: E402
-from spica_core.evaluate.traces import write_poisson_trace  # noqa: E402
+from examples.make_traces import write_poisson_trace  # noqa: E402
 from spica_core.search import (  # noqa: E402
     EvalCache, SearchContext, Tally, Trial, search_branch, thorough_proposals,
 )
@@ -436,9 +436,14 @@ def main() -> None:
     ap.add_argument("--live", action="store_true",
                     help="only what runs on live replays (the timed sweeps, small spaces, real trace, RSS, start-up), "
                          "into bench/results/search_live.json")
+    ap.add_argument("--default-quality", action="store_true",
+                    help="only DEFAULT's best ÷ optimum at 32 and 64 evaluations (5 seeds) and its live sweep, per space")
     args = ap.parse_args()
     if args.live:
         live_only()
+        return
+    if args.default_quality:
+        default_quality()
         return
     started = time.perf_counter()
     seeds = [0] if args.quick else [0, 1, 2, 3, 4]
@@ -482,6 +487,16 @@ def main() -> None:
         results.pop("peer")
     write_docs(results)
     print(f"wrote {RESULTS.relative_to(ROOT)} and {DOCS.relative_to(ROOT)} in {results['bench_wall_s'] / 60:.1f} min")
+
+
+def default_quality() -> None:
+    """DEFAULT's quality on recorded outcomes and its live sweep, per space: what a change to the designer's
+    settings must keep (the printed lines are the log in bench/results/search_quality_*.log)."""
+    trace = make_trace("shared_prefix_3000", 3000)
+    TRACES.mkdir(parents=True, exist_ok=True)
+    with EvalPool(WORKERS, max_eval_seconds=300) as pool:
+        for name, space in SPACES.items():
+            bench_space(name, space, trace, [0, 1, 2, 3, 4], [32, 64], pool, algorithms=("DEFAULT",))
 
 
 def live_only() -> None:

@@ -467,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or (REPO / "bench" / "traces" / "peer_sweeper"
                                / ("exhaustive" if args.budget is None else f"{args.algorithm}{args.budget}"))
     if args.small:
-        from spica_core.evaluate.traces import write_poisson_trace
+        from examples.make_traces import write_poisson_trace
 
         space = SMALL_SPACE
         trace = write_poisson_trace(REPO / "bench" / "traces" / "peer_sweeper_small.jsonl", num_requests=400,

@@ -9,10 +9,9 @@ from spica_core.errors import SpicaError
 from spica_core.evaluate import make_evaluator
 from spica_core.run import lock
 from spica_core.run.catalog import StageName
-from spica_core.search import EvalCache, SearchContext, SweepSummary, Tally, Trial, round_plan
+from spica_core.search import EvalCache, SearchContext, SweepProgress, SweepSummary, Tally, Trial, round_plan
 from tasks.emit import emit_task
 from tasks.load_predictor import load_predictor_task
-from tasks.progress import SweepProgress
 from tasks.search import branch_task, rank_task, stored_trials
 from tasks.space import enumerate_branches_task, kv_filter_task
 from tasks.stage import one_line

@@ -32,7 +32,7 @@ def _fail(message: str) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from spica_core.config.summary import describe
+    from spica_core.config.describe import describe
     from spica_core.run.inputs import load_inputs
 
     inputs = load_inputs(args.config)

@@ -100,7 +100,7 @@ def set_aside_line(notice: SetAside) -> str:
 
 def print_set_aside(notice: SetAside, stream: TextIO | None = None) -> None:
     """One line on stderr, as it happens. Written to the stream, not print()ed: inside the flow run (log_prints)
-    Prefect's patched print would send it to the run's log instead (see tasks/progress.py). On a terminal the
+    Prefect's patched print would send it to the run's log instead (see spica_core/search/progress.py). On a terminal the
     progress bar's unfinished line is cleared first; the bar redraws itself."""
     out = stream if stream is not None else sys.stderr
     out.write(("\r\x1b[K" if out.isatty() else "") + set_aside_line(notice) + "\n")

@@ -21,7 +21,7 @@ from spica_core.evaluate.bands import Band
 from spica_core.deployment import Candidate
 from spica_core.evaluate.evaluator import Status
 from spica_core.evaluate.headroom import Headroom
-from spica_core.evaluate.traces import write_sine_trace
+from examples.make_traces import write_sine_trace
 from spica_core.predictors import LoadPredictorResult
 from spica_core.run import lock
 from spica_core.run.catalog import CATALOG, FINGERPRINT_KEY, RunDir

@@ -206,7 +206,7 @@ def test_a_port_that_is_not_a_scheduler_fails_within_seconds() -> None:
 def test_spica_sweep_with_a_bad_cluster_exits_2_before_anything_starts(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], address: str, says: str) -> None:
     from spica_cli.main import main
-    from spica_core.evaluate.traces import write_poisson_trace
+    from examples.make_traces import write_poisson_trace
 
     config = tmp_path / "config.yaml"
     config.write_text(SWEEP)
@@ -313,7 +313,7 @@ def test_a_sweep_on_the_dask_cluster_ranks_like_the_local_pool(dask_cluster: str
     """The same config through the flow twice, on two local worker processes and on the cluster's two: where
     the evaluations ran changes neither the run's identity nor a score nor the ranking."""
     from flows.sweep import sweep
-    from spica_core.evaluate.traces import write_poisson_trace
+    from examples.make_traces import write_poisson_trace
 
     config = tmp_path / "config.yaml"
     config.write_text(SWEEP)

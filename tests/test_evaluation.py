@@ -17,7 +17,7 @@ from spica_core.space.precision import precision_of
 from spica_core.config.model import SmartSearchConfig
 from spica_core.deployment import Candidate
 from spica_core.evaluate import EvalPool, EvalRequest, SequentialEvaluator, Status, evaluate_one, make_evaluator
-from spica_core.evaluate.traces import write_poisson_trace
+from examples.make_traces import write_poisson_trace
 from spica_core.space.kv import kv_tokens_per_rank
 from spica_core.space.parallel import ParallelConfig, Shape
 

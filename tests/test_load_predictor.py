@@ -34,7 +34,7 @@ from spica_core.predictors import (
     window_loss,
 )
 from spica_core.run.catalog import LOAD_PREDICTOR_SCHEMA
-from spica_core.evaluate.traces import write_sine_trace
+from examples.make_traces import write_sine_trace
 
 
 def _write_rows(path: Path, rows: list[tuple[float, int, int]]) -> Path:

@@ -9,7 +9,7 @@ import pytest
 from spica_cli.main import main as spica
 from spica_core.evaluate import EvalRequest, evaluate_one
 from spica_core.deployment import Candidate
-from spica_core.evaluate.traces import write_mooncake_trace
+from examples.make_traces import write_mooncake_trace
 from spica_core.run.inputs import load_inputs
 from spica_core.space.parallel import ParallelConfig
 

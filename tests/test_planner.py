@@ -17,7 +17,7 @@ from spica_core.errors import PlannerConfigError
 from spica_core.planner import Budget, PlannerPolicy, PlannerSettings, RoleCapability
 from spica_core.space.profiles import EngineShape, profile_path
 from spica_core.deployment import Candidate, Context, LoadPredictorChoice
-from spica_core.evaluate.traces import write_sine_trace
+from examples.make_traces import write_sine_trace
 
 MODEL = "Qwen/Qwen3-32B"
 # load_180_5 with the default FPM sampling and sensitivity: load scaling every 5 s, 64/16 samples, 80 %, 5 obs.

@@ -19,7 +19,8 @@ from spica_core.deployment import Candidate
 from spica_core.evaluate import EvalRequest, evaluate_one, traces
 from spica_core.space import profiles
 from spica_core.space.profiles import EngineShape
-from spica_core.evaluate.traces import fitted_trace, write_poisson_trace
+from spica_core.evaluate.traces import fitted_trace
+from examples.make_traces import write_poisson_trace
 from spica_core.space.kv import _estimate, kv_tokens_per_rank
 from spica_core.space.parallel import ParallelConfig, Shape
 from spica_core.space.precision import precision_of

@@ -32,6 +32,33 @@ def test_a_renamed_vizier_name_is_reported_with_the_pinned_version(monkeypatch: 
         "google-vizier 0.1.24)"]
 
 
+@pytest.mark.parametrize("trials, padded_to", [(5, 32), (32, 32), (33, 64), (100, 128)])
+def test_numpy_padding_builds_the_padded_array_vizier_builds(trials: int, padded_to: int) -> None:
+    """The numpy schedule (no jax op per array) gives Vizier's own ``PaddedArray.from_array`` result, with the
+    trial axis at the next power of two, at least TRIAL_PAD_FLOOR; without trial padding, the array as is."""
+    import numpy as np
+    from vizier._src.jax import types as vizier_types
+    from vizier.pyvizier.converters import padding
+
+    from spica_core.search.study import _runtime
+    from spica_core.search.vizier_private import TRIAL_PAD_FLOOR, numpy_padding
+
+    _runtime()  # x64, as in a sweep
+    assert TRIAL_PAD_FLOOR == 32
+    features = np.random.default_rng(trials).random((trials, 3))
+    categorical = np.arange(trials * 2).reshape(trials, 2)
+    for array, fill in ((features, np.nan), (categorical, -1)):
+        ours = numpy_padding(padding, pad_trials=True).pad_features(array)
+        theirs = vizier_types.PaddedArray.from_array(array, (padded_to, array.shape[1]), fill_value=fill)
+        assert ours.shape == theirs.shape == (padded_to, array.shape[1])
+        np.testing.assert_array_equal(np.asarray(ours.padded_array), np.asarray(theirs.padded_array))
+        np.testing.assert_array_equal(np.asarray(ours.unpad()), array)
+        assert [m.tolist() for m in ours.is_missing] == [m.tolist() for m in theirs.is_missing]
+        assert ours._nopadding_done == theirs._nopadding_done == (trials == padded_to)
+    flat = numpy_padding(padding, pad_trials=False).pad_labels(features[:, :1])
+    assert flat.shape == (trials, 1) and flat._nopadding_done
+
+
 def _private_imports(path: Path, library: str) -> list[str]:
     """`library._x` / `library.x._y` modules a file imports, and `from library... import _y` names."""
     found = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 import io
 from types import SimpleNamespace
 
-from tasks.progress import EVERY_S, SweepProgress
+from spica_core.search.progress import EVERY_S, SweepProgress
 
 
 class Clock:

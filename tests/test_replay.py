@@ -14,7 +14,7 @@ from spica_core.evaluate import EvalRequest, Outcome, evaluate_one, sla_kwargs
 from spica_core.evaluate.engine_args import build_engine_args, router_kwargs
 from spica_core.space.profiles import EngineShape, step_engine
 from spica_core.evaluate.replay import ReplaySpec, run_replay
-from spica_core.evaluate.traces import write_poisson_trace
+from examples.make_traces import write_poisson_trace
 from spica_core.evaluate.workload import replay_workload
 from spica_core.space.facts import backend_version
 from spica_core.space.parallel import ParallelConfig, Shape

@@ -15,7 +15,7 @@ from spica_core.emit.report import (
 )
 from spica_core.deployment import Candidate
 from spica_core.evaluate import Status
-from spica_core.evaluate.traces import write_mooncake_trace, write_poisson_trace
+from examples.make_traces import write_mooncake_trace, write_poisson_trace
 from spica_core.search import Tally, Trial, rank_trials
 from spica_core.space.parallel import ParallelConfig
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from spica_core.evaluate.traces import write_poisson_trace
+from examples.make_traces import write_poisson_trace
 
 CONFIG = """search_space:
   model_name: Qwen/Qwen3-32B

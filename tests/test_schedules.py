@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from spica_core.evaluate.traces import write_poisson_trace
+from examples.make_traces import write_poisson_trace
 from test_deployment import _api, free_port, stop, wait_for
 from test_resweep import CONFIG
 

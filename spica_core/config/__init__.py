@@ -25,7 +25,7 @@ _FROM: dict[str, str] = {
         "scaling_flags", "throughput_intervals", "with_policies",
     ), "policies"),
     **dict.fromkeys(("branch_knob_choices",), "pruning"),
-    **dict.fromkeys(("describe", "searched_knobs"), "summary"),
+    **dict.fromkeys(("describe", "searched_knobs"), "describe"),
     **dict.fromkeys(("check_trace", "read_trace", "TRACE_BLOCK_SIZE", "trace_lines", "TraceSummary"), "trace"),
 }
 
@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
         throughput_intervals, with_policies
     )
     from spica_core.config.pruning import branch_knob_choices
-    from spica_core.config.summary import describe, searched_knobs
+    from spica_core.config.describe import describe, searched_knobs
     from spica_core.config.trace import check_trace, read_trace, TRACE_BLOCK_SIZE, trace_lines, TraceSummary
 
 __all__ = [

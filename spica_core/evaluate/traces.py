@@ -1,8 +1,5 @@
-"""Mooncake JSONL traces the replay reads: a trace fitted to the context, and generated traces (§5.4).
-
-Generated traces give the examples and tests real traffic without downloads: Poisson arrivals
-at a (possibly sine-wave) rate and shared prompt prefixes expressed through ``hash_ids``.
-"""
+"""Mooncake JSONL traces the replay reads: a trace fitted to the context, and ``workload.length_spread``'s
+synthetic requests (§5.4). The examples' and tests' generated traffic is ``examples/make_traces.py``."""
 from __future__ import annotations
 
 import json
@@ -11,7 +8,6 @@ import random
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Iterator
 
 from spica_core.config.trace import TRACE_BLOCK_SIZE, trace_lines
 from spica_core.errors import TraceError
@@ -97,67 +93,3 @@ def spread_trace(isl: int, osl: int, count: int, spread: float, interval_ms: flo
         next_id += blocks
     write_file(path, "".join(lines))
     return path
-
-
-def write_mooncake_trace(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        for row in rows:
-            f.write(json.dumps(row, separators=(",", ":")) + "\n")
-    return path
-
-
-def _rows(arrivals_ms: Iterable[float], rng: random.Random, *, isl: int, osl: int, isl_jitter: float,
-          osl_jitter: float, prefix_groups: int, prefix_blocks: int, block: int) -> Iterator[dict[str, Any]]:
-    next_id = prefix_groups * prefix_blocks
-    for t in arrivals_ms:
-        n_in = max(1, round(isl * (1 + rng.uniform(-isl_jitter, isl_jitter))))
-        n_out = max(1, round(osl * (1 + rng.uniform(-osl_jitter, osl_jitter))))
-        blocks = -(-n_in // block)
-        shared: list[int] = []
-        if prefix_groups > 0:
-            g = rng.randrange(prefix_groups)
-            shared = list(range(g * prefix_blocks, g * prefix_blocks + min(prefix_blocks, blocks)))
-        own = list(range(next_id, next_id + blocks - len(shared)))
-        next_id += len(own)
-        yield {"timestamp": round(t, 3), "input_length": n_in, "output_length": n_out, "hash_ids": shared + own}
-
-
-def sine_rate(t_s: float, base_rps: float, amplitude_rps: float, period_s: float) -> float:
-    return max(0.0, base_rps + amplitude_rps * math.sin(2 * math.pi * t_s / period_s))
-
-
-def write_sine_trace(path: str | Path, *, duration_s: float = 5400.0, base_rps: float = 6.0,
-                     amplitude_rps: float = 4.0, period_s: float = 900.0, isl: int = 4000, osl: int = 200,
-                     seed: int = 0, isl_jitter: float = 0.2, osl_jitter: float = 0.2, prefix_groups: int = 0,
-                     prefix_blocks: int = 4, block: int = TRACE_BLOCK_SIZE) -> Path:
-    """Non-homogeneous Poisson arrivals with rate base + amplitude·sin(2πt/period) (thinning)."""
-    rng = random.Random(seed)
-    peak = base_rps + abs(amplitude_rps)
-    arrivals: list[float] = []
-    t = 0.0
-    while True:
-        t += rng.expovariate(peak)
-        if t >= duration_s:
-            break
-        if rng.random() * peak <= sine_rate(t, base_rps, amplitude_rps, period_s):
-            arrivals.append(t * 1000.0)
-    return write_mooncake_trace(path, _rows(arrivals, rng, isl=isl, osl=osl, isl_jitter=isl_jitter,
-                                            osl_jitter=osl_jitter, prefix_groups=prefix_groups,
-                                            prefix_blocks=prefix_blocks, block=block))
-
-
-def write_poisson_trace(path: str | Path, *, num_requests: int, rate_rps: float, isl: int = 4000, osl: int = 200,
-                        seed: int = 0, isl_jitter: float = 0.2, osl_jitter: float = 0.2, prefix_groups: int = 0,
-                        prefix_blocks: int = 4, block: int = TRACE_BLOCK_SIZE) -> Path:
-    """Homogeneous Poisson arrivals; ``prefix_groups`` > 0 gives each request a group's shared prefix."""
-    rng = random.Random(seed)
-    arrivals: list[float] = []
-    t = 0.0
-    for _ in range(num_requests):
-        t += rng.expovariate(rate_rps)
-        arrivals.append(t * 1000.0)
-    return write_mooncake_trace(path, _rows(arrivals, rng, isl=isl, osl=osl, isl_jitter=isl_jitter,
-                                            osl_jitter=osl_jitter, prefix_groups=prefix_groups,
-                                            prefix_blocks=prefix_blocks, block=block))

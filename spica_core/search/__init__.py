@@ -1,6 +1,8 @@
-"""The search stage: studies and suggesters, the branch loop and its costs, trials, the cache, the tally and ranking."""
+"""The search stage: studies and suggesters, the branch loop and its costs, trials, the cache, the tally, ranking
+and the progress bar over the evaluation target."""
 from spica_core.search.candidates import FLOAT_LEVELS, CandidateSpace
 from spica_core.search.costs import Costs
+from spica_core.search.progress import SweepProgress
 from spica_core.search.ranking import RankedCandidate, Scored, dominates, pareto_front, rank, rank_trials
 from spica_core.search.rounds import (
     Batch, BranchResult, BranchSearch, SearchContext, cache_key, finite_or_infeasible, round_plan, search_branch,
@@ -17,7 +19,7 @@ from spica_core.search.warm_start import WARM_TOP, WarmStart, latest_run, load_w
 __all__ = [
     "ATTEMPT_CAP_FACTOR", "CandidateSpace", "EvalCache", "FLOAT_LEVELS", "Proposal", "RankedCandidate", "Batch",
     "BranchResult", "BranchSearch", "Costs", "Scored", "SearchContext",
-    "Study", "Suggester", "SweepSummary", "Tally", "ThoroughSuggester", "Trial", "TrialRecord",
+    "Study", "Suggester", "SweepProgress", "SweepSummary", "Tally", "ThoroughSuggester", "Trial", "TrialRecord",
     "VizierSuggester", "cache_key",
     "derive_seed", "dominates", "finite_or_infeasible", "pareto_front", "rank", "rank_trials", "round_plan",
     "search_branch", "study_metrics", "thorough_proposals", "thorough_size", "WARM_TOP", "WarmStart", "latest_run",

@@ -30,7 +30,7 @@ from typing import Any, Final, Iterable, Literal, Sequence
 
 import numpy as np
 
-from spica_core.search.vizier_private import designer_classes, finite_designers, reseed, trial_floor_padding
+from spica_core.search.vizier_private import designer_classes, finite_designers, numpy_padding, reseed
 from spica_core.space.params import Param
 
 ALGORITHMS: Final = ("DEFAULT", "GAUSSIAN_PROCESS_BANDIT", "RANDOM_SEARCH", "QUASI_RANDOM_SEARCH")
@@ -38,6 +38,10 @@ GP_ALGORITHMS: Final = frozenset({"DEFAULT", "GAUSSIAN_PROCESS_BANDIT"})
 CONSTANT_PARAM: Final = "_spica_constant"
 JAX_CACHE_DIR: Final = Path.home() / ".cache" / "spica" / "jax"
 CLEAR_CACHES_EVERY: Final = 5
+# Random restarts of the GP's ARD fit (Vizier's default is 4, plus its fixed start). Each restart is a scipy
+# L-BFGS-B run of a few hundred jitted steps, most of an ask's time (bench/bench_asks.py: 2.3 s per ask at 4,
+# 1.0 s at 1); best-at-64 is the same at 1 (bench/results/search_quality_ard1_2026-12-02.log).
+ARD_RESTARTS = 1
 _QUASI_RANDOM_SKIP: Final = 1000  # Vizier's default burn-in of the Halton sequence
 _FLOAT_TOL: Final = 1e-9
 # Vizier's GP-UCB-PE picks by UCB when a trial completed after the newest pending one was created, and by
@@ -369,19 +373,18 @@ class Study:
         # Padding the trial axis to powers of two, and at least TRIAL_PAD_FLOOR, bounds the compiled shapes
         # to two or three per sweep; GP-UCB-PE refuses trial padding for several metrics, so those run unpadded.
         single = len(self.objectives) == 1
-        pad = trial_floor_padding(rt.padding)(num_trials=rt.padding.PaddingType.POWERS_OF_2) if single \
-            else rt.padding.PaddingSchedule()
+        pad = numpy_padding(rt.padding, pad_trials=single)
         # No trust region: it keeps a continuous acquisition search near the trials so far; on a finite
         # pool of legal candidates it only hides good configs far from the first picks
         # (bench/bench_search.py: on the dense space it held GP-UCB-PE at 0.81-0.94 of the optimum).
         slot = self._slot
         if self.algorithm == "DEFAULT":
             designer = ucb_pe(self.problem, rng=rt.jax.random.PRNGKey(0), padding_schedule=pad,
-                              use_trust_region=False,
+                              use_trust_region=False, ard_random_restarts=ARD_RESTARTS,
                               acquisition_optimizer_factory=lambda _converter: optimizer(slot))
         else:
             designer = bandit(self.problem, rng=rt.jax.random.PRNGKey(0), padding_schedule=pad,
-                              use_trust_region=False)
+                              use_trust_region=False, ard_random_restarts=ARD_RESTARTS)
             if self.prior and single:  # Vizier's transfer learning (GP-UCB-PE has none): a stacked prior GP
                 designer.set_priors([rt.vza.CompletedTrials(self._vizier_trials(records=self.prior))])
         designer.spica_slot = slot

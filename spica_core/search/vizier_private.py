@@ -3,8 +3,8 @@
 The designers are imported from their own modules: ``vizier.algorithms.designers`` imports every designer,
 BOCS's cvxpy included, which Spica does not install. Vizier's designer API has no public way to reseed a warm designer before an ask (its ``_rng``), to score a
 finite pool with the feature converter a designer built (``_converter``), to replace a GP bandit's continuous
-acquisition search (``_optimize_acquisition``), or to build a padded array with a floor on the trial axis
-(``vizier._src.jax.types.PaddedArray``). They are used here and nowhere else; :func:`missing` lists those the
+acquisition search (``_optimize_acquisition``), or to build a padded array in numpy with a floor on the trial axis
+(``vizier._src.jax.types.PaddedArray`` and its private fields). They are used here and nowhere else; :func:`missing` lists those the
 installed Vizier lacks, and a test runs it, so an upgrade that renames one fails loudly with the pinned
 version instead of deep inside a sweep.
 """
@@ -18,7 +18,7 @@ TRIAL_PAD_FLOOR = 32  # completed + pending trials are padded to this many at le
 #                       first 32 trials instead of one per power of two: each costs seconds)
 
 _DESIGNERS: tuple[type, type, type] | None = None
-_PADDING: type | None = None
+_PADDING: dict[bool, type] | None = None
 
 
 def designer_classes() -> tuple[type, type, type]:
@@ -35,31 +35,45 @@ def reseed(designer: Any, key: Any) -> None:
     designer._rng = key
 
 
-def trial_floor_padding(padding: Any) -> type:
-    """Vizier's padding schedule (``padding``: ``vizier.pyvizier.converters.padding``) with a floor of
-    TRIAL_PAD_FLOOR on the trial axis; built on first use so that importing this module never imports Vizier."""
+def numpy_padding(padding: Any, pad_trials: bool) -> Any:
+    """Vizier's padding schedule (``padding``: ``vizier.pyvizier.converters.padding``), built in numpy: the
+    trial axis goes to the next power of two and at least TRIAL_PAD_FLOOR (``pad_trials=True``) or stays as it
+    is (``False``; several metrics: GP-UCB-PE refuses trial padding there). Vizier's own schedule pads with ``jnp.pad``,
+    one dispatched jax op per array, about 0.8 s of every ask (bench/bench_asks.py). Built on first use so
+    that importing this module never imports Vizier."""
     global _PADDING
     if _PADDING is not None:
-        return _PADDING
+        return _PADDING[pad_trials]()
+    import numpy as np
     from vizier._src.jax import types as vizier_types
 
-    class TrialFloorPadding(padding.PaddingSchedule):
+    class NumpyPadding(padding.PaddingSchedule):
+        pads_trials = False
+
         def pad_features(self, features: Any) -> Any:
-            return self._floored(super().pad_features(features), features)
+            return self._padded(features, -1)
 
         def pad_labels(self, labels: Any) -> Any:
-            return self._floored(super().pad_labels(labels), labels)
+            return self._padded(labels, -1)
 
-        @staticmethod
-        def _floored(padded: Any, array: Any) -> Any:
-            shape = padded.padded_array.shape
-            if len(shape) < 2 or shape[-2] >= TRIAL_PAD_FLOOR or array.shape[-2] == 0:
-                return padded
-            return vizier_types.PaddedArray.from_array(array, (*shape[:-2], TRIAL_PAD_FLOOR, shape[-1]),
-                                                       fill_value=padded.fill_value)
+        def _padded(self, array: Any, int_fill: int) -> Any:
+            array = np.asarray(array)
+            shape = list(array.shape)
+            if self.pads_trials and len(shape) >= 2 and shape[-2] > 0:
+                shape[-2] = max(TRIAL_PAD_FLOOR, 1 << (shape[-2] - 1).bit_length())
+            fill = int_fill if np.issubdtype(array.dtype, np.integer) else np.nan
+            spec = [(0, new - old) for old, new in zip(array.shape, shape)]
+            return vizier_types.PaddedArray(
+                padded_array=np.pad(array, spec, constant_values=fill), fill_value=fill,
+                _original_shape=np.asarray(array.shape),
+                _mask=np.pad(np.ones(array.shape, dtype=bool), spec, constant_values=False),
+                _nopadding_done=tuple(shape) == array.shape)
 
-    _PADDING = TrialFloorPadding
-    return _PADDING
+    class NumpyTrialPadding(NumpyPadding):
+        pads_trials = True
+
+    _PADDING = {False: NumpyPadding, True: NumpyTrialPadding}
+    return _PADDING[pad_trials]()
 
 
 def finite_designers(jax: Any, gradient_free_optimizer: type) -> tuple[type, type, type]:
@@ -141,12 +155,13 @@ def missing() -> list[str]:
     try:
         from vizier._src.jax import types as vizier_types
 
-        if not callable(getattr(vizier_types.PaddedArray, "from_array", None)):
-            out.append("vizier._src.jax.types.PaddedArray.from_array")
+        fields = getattr(vizier_types.PaddedArray, "__dataclass_fields__", {})
+        out += [f"vizier._src.jax.types.PaddedArray.{name}" for name in
+                ("padded_array", "fill_value", "_original_shape", "_mask", "_nopadding_done") if name not in fields]
     except ImportError:
         out.append("vizier._src.jax.types")
     return [f"{name} is gone from the installed Vizier (Spica is tested with {PINNED})" for name in out]
 
 
 __all__ = ["PINNED", "TRIAL_PAD_FLOOR", "designer_classes", "finite_designers", "missing", "reseed",
-           "trial_floor_padding"]
+           "numpy_padding"]
