@@ -2,13 +2,13 @@
 
 A study on the benchmark's dense disagg pool (bench_search.py's "dense" space, 568 candidates) with a synthetic
 objective (no replay), asked ``--asks`` times for ``--count`` candidates, with the previous ask's picks pending,
-as the search loop does. ``--restarts`` sets Vizier's ARD random restarts (its default is 4) and
+as the search loop does. ``--restarts`` sets the ARD random restarts (Spica's ARD_RESTARTS; Vizier's default is 4) and
 ``--clear-every`` how often jax's caches are cleared (Spica's CLEAR_CACHES_EVERY; 0 = never), so the
 variants can be compared in one run:
 
     python bench/bench_asks.py                      # Spica's settings
     python bench/bench_asks.py --clear-every 0      # caches kept
-    python bench/bench_asks.py --restarts 1         # one ARD restart
+    python bench/bench_asks.py --restarts 4         # Vizier's four ARD restarts
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--asks", type=int, default=14)
     ap.add_argument("--count", type=int, default=4)
-    ap.add_argument("--restarts", type=int, default=4)
+    ap.add_argument("--restarts", type=int, default=study_module.ARD_RESTARTS)
     ap.add_argument("--clear-every", type=int, default=study_module.CLEAR_CACHES_EVERY)
     args = ap.parse_args()
     study_module.CLEAR_CACHES_EVERY = args.clear_every or 10**9

@@ -9,7 +9,6 @@ planner policy, replay, goal score), in an isolated worker process with the swee
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
@@ -89,11 +88,9 @@ def build_request(config: Any, config_path: str) -> Any:
 
 
 def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        if math.isinf(value) or math.isnan(value):
-            return str(value)
-        return f"{value:,.4g}" if abs(value) < 1e4 else f"{value:,.0f}"
-    return str(value)
+    from spica_core.emit import fmt
+
+    return fmt(value, digits=4)
 
 
 def render_text(outcome: Any, goal: Any, headroom: Any = None) -> str:

@@ -17,11 +17,9 @@ TOP = 10
 
 
 def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.4g}"
-    return str(value)
+    from spica_core.emit import fmt
+
+    return fmt(value, digits=4)
 
 
 class Ranked(Protocol):

@@ -17,7 +17,8 @@ from prefect.logging import get_run_logger
 
 from spica_core.config.model import SmartSearchConfig
 from spica_core.evaluate import raw_value
-from spica_core.emit.report import OBJECTIVE_LABELS, band_range, fmt
+from spica_core.emit import fmt
+from spica_core.emit.report import OBJECTIVE_LABELS, band_range
 from spica_core.evaluate.headroom import Headroom
 from spica_core.search import RankedCandidate, Tally, Trial
 

@@ -422,3 +422,16 @@ def test_the_html_report_shows_raw_html_from_reasons_and_names_as_text() -> None
     assert "<b>" not in page and "<div onclick" not in page and "&lt;div onclick=z&gt;block&lt;/div&gt;" in page
     assert "<code>&lt;img src=x onerror=y&gt;</code>" in page and "<title>run &lt;x&gt;</title>" in page
     assert "<table>" in page  # Markdown itself still renders
+
+
+def test_the_cli_and_the_report_format_numbers_by_one_rule() -> None:
+    """One rule (emit/numbers.py): the CLI's tables are the report's numbers with a fourth digit, and both mark a
+    missing value the same way."""
+    from spica_cli.evaluate import _fmt as evaluate_fmt
+    from spica_cli.sweep import _fmt as sweep_fmt
+    from spica_core.emit import MISSING, fmt
+
+    for value, report, cli in [(12.345, "12.3", "12.35"), (20.0, "20.0", "20.00"), (12345.6, "12,346", "12,346"),
+                               (0.01234, "0.0123", "0.01234"), (None, MISSING, MISSING), (float("nan"), MISSING, MISSING)]:
+        assert fmt(value) == report
+        assert sweep_fmt(value) == evaluate_fmt(value) == cli

@@ -2,6 +2,7 @@
 from spica_core.emit.aic_estimate import AICEstimate, aic_estimate
 from spica_core.emit.crd import check_manifest
 from spica_core.emit.manifests import ManifestOptions, manifest, manifest_yaml
+from spica_core.emit.numbers import MISSING, fmt
 from spica_core.emit.outputs import (
     DEFAULT_TOP,
     EmitOptions,
@@ -23,6 +24,6 @@ __all__ = [
     "AICEstimate", "CandidateRecord", "DEFAULT_TOP", "EmitOptions", "Emitted", "FinishedRun", "ManifestOptions",
     "Provenance",
     "ReportFiles", "ReportInputs", "aic_estimate", "aic_estimates", "check_manifest", "emit_outputs", "load_records",
-    "manifest", "manifest_yaml", "provenance_of", "records_of", "tally_dict", "to_csv", "write_candidate_files",
+    "manifest", "manifest_yaml", "MISSING", "fmt", "provenance_of", "records_of", "tally_dict", "to_csv", "write_candidate_files",
     "write_manifests", "write_report",
 ]

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from spica_core.config.model import SmartSearchConfig
 from spica_core.emit.rechecks import CHECK_CONFIDENCE, ConfidenceCheck, sla_moves_score
+from spica_core.emit.numbers import fmt
 from spica_core.emit.records import CandidateRecord, Provenance
 from spica_core.evaluate.bands import Band
 from spica_core.errors import SpicaError
@@ -99,33 +100,6 @@ COMPARED: tuple[tuple[str, str, str, bool], ...] = (
     ("avg GPUs", "avg_gpus", "", False),
     ("GPU-hours", "gpu_hours", "h", False),
 )
-
-
-def fmt(value: Any, unit: str = "") -> str:
-    """A number for a person: thousands separators, about three significant digits, the unit after."""
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, int):
-        text = f"{value:,}"
-    else:
-        v = float(value)
-        if math.isnan(v):
-            return "—"
-        if math.isinf(v):
-            text = "∞" if v > 0 else "-∞"
-        elif v == 0:
-            text = "0"
-        elif abs(v) >= 100:
-            text = f"{v:,.0f}"
-        elif abs(v) >= 10:
-            text = f"{v:.1f}"
-        elif abs(v) >= 1:
-            text = f"{v:.2f}"
-        else:
-            text = f"{v:.3g}"
-    return f"{text} {unit}" if unit else text
 
 
 def _signed_fmt(delta: float, unit: str) -> str:
