@@ -32,7 +32,7 @@ def test_a_renamed_vizier_name_is_reported_with_the_pinned_version(monkeypatch: 
         "google-vizier 0.1.24)"]
 
 
-@pytest.mark.parametrize("trials, padded_to", [(5, 32), (32, 32), (33, 64), (100, 128)])
+@pytest.mark.parametrize("trials, padded_to", [(5, 64), (64, 64), (65, 128), (100, 128)])
 def test_numpy_padding_builds_the_padded_array_vizier_builds(trials: int, padded_to: int) -> None:
     """The numpy schedule (no jax op per array) gives Vizier's own ``PaddedArray.from_array`` result, with the
     trial axis at the next power of two, at least TRIAL_PAD_FLOOR; without trial padding, the array as is."""
@@ -44,7 +44,7 @@ def test_numpy_padding_builds_the_padded_array_vizier_builds(trials: int, padded
     from spica_core.search.vizier_private import TRIAL_PAD_FLOOR, numpy_padding
 
     _runtime()  # x64, as in a sweep
-    assert TRIAL_PAD_FLOOR == 32
+    assert TRIAL_PAD_FLOOR == 64
     features = np.random.default_rng(trials).random((trials, 3))
     categorical = np.arange(trials * 2).reshape(trials, 2)
     for array, fill in ((features, np.nan), (categorical, -1)):

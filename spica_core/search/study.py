@@ -11,8 +11,8 @@ Runtime notes (spec/orchestration.md §2): Vizier's GP designers need ``jax_enab
 trial axis to powers of two (at least ``TRIAL_PAD_FLOOR``) bounds JIT compiles. Vizier jits new
 closures on every ask, so jax's in-memory caches grow by 20-30 MB per ask; they are cleared every
 ``CLEAR_CACHES_EVERY`` model asks, and the compiled code comes back from the on-disk compilation
-cache instead of being compiled again (bench/results/search_live.json: +20 % RSS over 200 suggestions,
-against +51 % with the caches kept). GP
+cache instead of being compiled again (bench/results/asks.log: +10 % RSS over 14 asks, against +103 % with
+the caches kept). GP
 designers reject a 0-dimensional space, hence the dummy ``_spica_constant`` categorical.
 """
 from __future__ import annotations

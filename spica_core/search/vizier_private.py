@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from typing import Any, Callable
 
 PINNED = "google-vizier 0.1.24"
-TRIAL_PAD_FLOOR = 32  # completed + pending trials are padded to this many at least (one compile for the
-#                       first 32 trials instead of one per power of two: each costs seconds)
+TRIAL_PAD_FLOOR = 64  # completed + pending trials are padded to this many at least: one shape for a branch's
+#                       first 64 trials instead of one per power of two (a new shape costs 5-8 s of tracing in
+#                       each of the next asks; bench/results/asks.log: 35 s for 14 asks at 64, 49 s at 32)
 
 _DESIGNERS: tuple[type, type, type] | None = None
 _PADDING: dict[bool, type] | None = None
