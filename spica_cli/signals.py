@@ -54,6 +54,7 @@ from typing import Any, Callable
 
 from spica_cli.api_server import TICK_S, TempServer, adopt, own_server, take_held
 from spica_cli.prefect_private import running_temporary_server
+from spica_cli.python_private import before_thread_join
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 GRACE_S = 6.0          # stop signal → forced exit, if the orderly way (report the crash, drain, stop) is not done
@@ -378,17 +379,12 @@ def _exit_phase_handler(signum: int, frame: FrameType | None) -> None:
 def _arm_exit_phase() -> None:
     """At interpreter shutdown, before Prefect drains its log and event workers and stops its server (threading's
     exit hooks run last-registered first, and atexit after them), stop signals exit at once instead."""
-    register = getattr(threading, "_register_atexit", None)
-    if register is None:
-        return
-
     def arm() -> None:
         if threading.current_thread() is threading.main_thread():
             for sig in STOP_SIGNALS:
                 signal.signal(sig, _exit_phase_handler)
 
-    with contextlib.suppress(RuntimeError):
-        register(arm)
+    before_thread_join(arm)  # python_private.py: the one hook Python has for that moment
 
 
 def _skip_finalization() -> None:

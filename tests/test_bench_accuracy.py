@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.accuracy_rows import (Checkpoint, band_keys, bands, choose_precision, error_stats,  # noqa: E402
                                  make_config, parse_row, plan_row, summarize)
 from spica_core.config.model import SmartSearchConfig  # noqa: E402
-from spica_core.evaluate.traces import spread_lengths  # noqa: E402
+from spica_core.evaluate.replay_traces import spread_lengths  # noqa: E402
 from spica_core.evaluate.workload import replay_workload  # noqa: E402
 
 BUNDLED = ["Qwen/Qwen3-32B", "meta-llama/Meta-Llama-3.1-70B", "MiniMaxAI/MiniMax-M2.5", "nvidia/MiniMax-M2.5-NVFP4",

@@ -16,10 +16,10 @@ import aiconfigurator_core.sdk.memory as aic_memory
 from spica_core.config.model import SmartSearchConfig
 from spica_core.config.trace import TraceRow
 from spica_core.deployment import Candidate
-from spica_core.evaluate import EvalRequest, evaluate_one, traces
+from spica_core.evaluate import EvalRequest, evaluate_one, replay_traces
 from spica_core.space import profiles
 from spica_core.space.profiles import EngineShape
-from spica_core.evaluate.traces import fitted_trace
+from spica_core.evaluate.replay_traces import fitted_trace
 from examples.make_traces import write_poisson_trace
 from spica_core.space.kv import _estimate, kv_tokens_per_rank
 from spica_core.space.parallel import ParallelConfig, Shape
@@ -106,18 +106,18 @@ def test_a_new_worker_reads_the_fitted_trace_and_its_counts_without_parsing_the_
     assert first.left_out > 0 and first.kept + first.left_out == 50
 
     parsed: list[Path] = []
-    lines = traces.trace_lines
+    lines = replay_traces.trace_lines
 
     def counted(path: str | Path) -> Iterator[tuple[str, TraceRow]]:
         parsed.append(Path(path))
         return lines(path)
 
-    monkeypatch.setattr(traces, "trace_lines", counted)
-    traces._fitted.cache_clear()  # as a new worker process starts
+    monkeypatch.setattr(replay_traces, "trace_lines", counted)
+    replay_traces._fitted.cache_clear()  # as a new worker process starts
     assert fitted_trace(trace, 3100, cache) == first and parsed == []
     assert fitted_trace(trace, 4000, cache).left_out < first.left_out and len(parsed) == 1  # another context
 
     first.path.with_suffix(".json").write_text("[]")  # damaged counts: the trace is parsed again
-    traces._fitted.cache_clear()
+    replay_traces._fitted.cache_clear()
     assert fitted_trace(trace, 3100, cache) == first and len(parsed) == 2
-    traces._fitted.cache_clear()
+    replay_traces._fitted.cache_clear()

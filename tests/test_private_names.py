@@ -107,6 +107,18 @@ def test_a_renamed_ray_flag_is_reported_with_the_pinned_version(monkeypatch: pyt
                                      "Ray (Spica is tested with ray 2.60.0)"]
 
 
+def test_the_running_python_has_the_shutdown_hook_spica_uses(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from spica_cli import python_private
+
+    assert python_private.missing() == []
+    monkeypatch.delattr(threading, "_register_atexit")
+    assert python_private.missing() == ["threading._register_atexit is gone from the running Python (Spica is "
+                                        "tested with CPython 3.11)"]
+    assert python_private.before_thread_join(lambda: None) is False
+
+
 def test_the_installed_prefect_has_the_name_spica_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     from prefect.server.api.server import SubprocessASGIServer
 

@@ -413,7 +413,7 @@ def check_trace(path: str | Path, *, max_seq_len: int, block_size: int = TRACE_B
 
     ``max_seq_len`` is the longest sequence the deployment serves (``context_length`` or the model's max context).
     Requests over it are problems under ``over_context`` ``refuse``; under ``drop`` and ``fail`` they are counted
-    in the summary instead (the replay leaves them out, see ``spica_core.evaluate.traces.fitted_trace``).
+    in the summary instead (the replay leaves them out, see ``spica_core.evaluate.replay_traces.fitted_trace``).
     A second call on an unchanged file (same path spelling, size and mtime) returns the cached summary.
     """
     display = str(path)

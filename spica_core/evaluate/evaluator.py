@@ -91,7 +91,7 @@ class Outcome:
 
 def _replayed_trace(req: EvalRequest, candidate: Candidate) -> tuple[str | None, int]:
     """The trace file the replay reads and how many requests over the context it leaves out."""
-    from spica_core.evaluate.traces import fitted_trace
+    from spica_core.evaluate.replay_traces import fitted_trace
     from spica_core.space.facts import cache_dir
     from spica_core.space.kv import max_seq_len
 

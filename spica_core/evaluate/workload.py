@@ -17,7 +17,7 @@ from spica_core.errors import InfeasibleKVCapacityError
 from spica_core.space.kv import kv_tokens_per_rank
 from spica_core.deployment import Candidate, KVLoad
 from spica_core.config.trace import TRACE_BLOCK_SIZE
-from spica_core.evaluate.traces import spread_trace
+from spica_core.evaluate.replay_traces import spread_trace
 from spica_core.space.facts import cache_dir
 
 

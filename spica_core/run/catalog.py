@@ -14,7 +14,6 @@ can tell the user. This module only records them: it knows nothing of Prefect or
 """
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 from dataclasses import dataclass
@@ -42,14 +41,14 @@ FINGERPRINT_KEY: Final = b"spica.inputs_fingerprint"
 class Stage:
     """One stage's artifact: file, columns, what its rows stand for, what its input fingerprint covers.
 
-    ``row_type`` is a dotted path, not the class itself: every package imports ``spica_core.run``
-    (for fingerprints), which loads this module, so importing the row types here would be a cycle.
+    ``rows_are`` names the Python type the rows stand for in words: the row types live in the packages above
+    ``run`` (search, emit), which this module must not import; ``tests/test_catalog.py`` checks each stage
+    writes and reads back values of the type it names.
     """
 
     name: str
     file: str
     schema: pa.Schema
-    row_type: str               # dotted path of the Python type the rows stand for
     rows_are: str               # what one row is, and how rows make up the row type
     inputs: tuple[str, ...]     # the named values the input fingerprint is formed from
     after: tuple[str, ...] = ()       # the stages whose results it is computed from (for --from-stage)
@@ -60,12 +59,6 @@ class Stage:
         if sorted(inputs) != sorted(self.inputs):
             raise TypeError(f"the {self.name} fingerprint is formed from {sorted(self.inputs)}, got {sorted(inputs)}")
         return fingerprint({"stage": self.name, "inputs": inputs})
-
-    def row_class(self) -> type:
-        """The declared row type, imported on demand."""
-        module, _, name = self.row_type.rpartition(".")
-        return getattr(importlib.import_module(module), name)
-
 
 CONFIG_SCHEMA: Final = pa.schema([
     ("run_id", pa.string()),
@@ -134,28 +127,29 @@ CANDIDATES_SCHEMA: Final = pa.schema([
 # the load-predictor result), "trials" = the trials file's content fingerprint, "ranking" = the ranking
 # file's content fingerprint, "options" = the emit options (how many manifests, image, namespace, PVC).
 _STAGES: Final = (
-    Stage("config", "config.parquet", CONFIG_SCHEMA, "spica_core.run.identity.RunIdentity",
-          "the one row: the run's identity, its normalised config (config_json) and resolved trace file",
+    Stage("config", "config.parquet", CONFIG_SCHEMA,
+          "the one row, a RunIdentity: the run's identity, its normalised config (config_json) and resolved "
+          "trace file",
           ("config", "trace", "engines")),
-    Stage("branches", "branches.parquet", BRANCHES_SCHEMA, "spica_core.space.branches.BackendSpace",
+    Stage("branches", "branches.parquet", BRANCHES_SCHEMA,
           "one (mode, backend, parallel config) legality verdict, or one config-less row for a pair that "
           "cannot run; the rows of a (mode, backend) pair are one BackendSpace, all rows one LegalSpace",
           ("search_config", "engines"), after=("config",)),
-    Stage("shapes", "shapes.parquet", SHAPES_SCHEMA, "spica_core.space.kv.ShapeKV",
-          "the KV verdict of one distinct (backend, precision, worker shape)",
+    Stage("shapes", "shapes.parquet", SHAPES_SCHEMA,
+          "one ShapeKV: the KV verdict of one distinct (backend, precision, worker shape)",
           ("branches",), after=("branches",)),
     Stage("load_predictor", "load_predictor.parquet", LOAD_PREDICTOR_SCHEMA,
-          "spica_core.predictors.LoadPredictorResult",
           "one (throughput interval, predictor entry) loss, or an unscored winner; all rows are one "
           "LoadPredictorResult", ("search_config", "trace"), after=("config",)),
-    Stage("trials", "trials.parquet", TRIALS_SCHEMA, "spica_core.search.Trial",
-          "one attempt of one round of one branch (appended per ask)",
+    Stage("trials", "trials.parquet", TRIALS_SCHEMA,
+          "one Trial: an attempt of one round of one branch (appended per ask)",
           ("context",), after=("shapes", "load_predictor")),
-    Stage("ranking", "ranking.parquet", RANKING_SCHEMA, "spica_core.search.RankedCandidate",
-          "one ranked candidate (scalar rank) or one member of the Pareto front",
+    Stage("ranking", "ranking.parquet", RANKING_SCHEMA,
+          "one RankedCandidate: a ranked candidate (scalar rank) or a member of the Pareto front",
           ("trials",), after=("trials",)),
-    Stage("candidates", "candidates.parquet", CANDIDATES_SCHEMA, "spica_core.emit.records.CandidateRecord",
-          "one emitted candidate (the ranked list, or the Pareto front) with the run's tally and provenance",
+    Stage("candidates", "candidates.parquet", CANDIDATES_SCHEMA,
+          "one CandidateRecord: an emitted candidate (the ranked list, or the Pareto front) with the run's tally "
+          "and provenance",
           ("ranking", "options"), after=("ranking",),
           companions=("candidates.json", "candidates.csv", "manifests/", "report.md", "report.html", "report/")),
 )
