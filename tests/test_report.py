@@ -359,6 +359,27 @@ def test_trace_profile_counts_arrivals_per_bin(tmp_path: Path) -> None:
     assert profile.mean_isl == 100.0 and profile.mean_osl == 10.0
 
 
+def test_the_report_and_aics_lengths_share_one_parse_of_the_trace(tmp_path: Path, monkeypatch) -> None:
+    import spica_core.predictors.windows as windows
+    from spica_core.emit import aic_estimates
+
+    parses: list[Path] = []
+    real = windows.read_arrivals
+    monkeypatch.setattr(windows, "read_arrivals", lambda path: parses.append(Path(path)) or real(path))
+    trace = write_poisson_trace(tmp_path / "trace.jsonl", num_requests=200, rate_rps=10.0, seed=5)
+    cfg = config({"trace_path": str(trace)}, {"target": "throughput_per_gpu"})
+    trials = pareto_trials()
+    records = records_of(trials, cfg)
+    aic_estimates(records, cfg, trace)
+    write_report(tmp_path / "run", ReportInputs(
+        config=cfg, records=records, emitted=(), manifests={}, trials=trials, tally=Tally.of(trials),
+        provenance=PROVENANCE, trace_file=trace, aic={}, pareto=False, objectives=()))
+    assert parses == [trace]
+    first = trace_profile(trace)
+    write_poisson_trace(trace, num_requests=50, rate_rps=10.0, seed=6)   # a changed file is parsed again
+    assert trace_profile(trace).requests == 50 and first.requests == 200 and len(parses) == 2
+
+
 # ---------------------------------------------------------------- nothing feasible
 
 

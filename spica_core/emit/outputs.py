@@ -18,9 +18,8 @@ from spica_core.emit.rechecks import ConfidenceCheck
 from spica_core.emit.crd import check_manifest
 from spica_core.emit.manifests import ManifestOptions, manifest, manifest_yaml
 from spica_core.emit.records import CandidateRecord, Provenance, to_csv
-from spica_core.emit.report import ReportFiles, ReportInputs, write_report
+from spica_core.emit.report import ReportFiles, ReportInputs, trace_profile, write_report
 from spica_core.errors import ManifestError, RunDirError
-from spica_core.predictors.windows import read_arrivals
 from spica_core.run.catalog import CATALOG, RunDir
 from spica_core.store import write_file
 from spica_core.run.identity import RunIdentity, config_from_row
@@ -170,10 +169,10 @@ def aic_estimates(records: Sequence[CandidateRecord], config: SmartSearchConfig,
 def _mean_lengths(trace_file: Path | None) -> tuple[int, int]:
     if trace_file is None or not trace_file.is_file():
         return 0, 0
-    arrivals = read_arrivals(trace_file)
-    if arrivals.timestamp_ms.size == 0:
+    profile = trace_profile(trace_file)  # the report's own parse of the trace
+    if profile.requests == 0:
         return 0, 0
-    return round(float(arrivals.input_length.mean())), round(float(arrivals.output_length.mean()))
+    return round(profile.mean_isl), round(profile.mean_osl)
 
 
 def emit_outputs(run_dir: RunDir, records: Sequence[CandidateRecord], options: EmitOptions, *,

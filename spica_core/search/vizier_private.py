@@ -52,17 +52,18 @@ def numpy_padding(padding: Any, pad_trials: bool) -> Any:
         pads_trials = False
 
         def pad_features(self, features: Any) -> Any:
-            return self._padded(features, -1)
+            return self._padded(features)
 
         def pad_labels(self, labels: Any) -> Any:
-            return self._padded(labels, -1)
+            return self._padded(labels)
 
-        def _padded(self, array: Any, int_fill: int) -> Any:
+        def _padded(self, array: Any) -> Any:
+            """Integer (categorical) arrays are filled with -1 and float ones with NaN, as Vizier fills them."""
             array = np.asarray(array)
             shape = list(array.shape)
             if self.pads_trials and len(shape) >= 2 and shape[-2] > 0:
                 shape[-2] = max(TRIAL_PAD_FLOOR, 1 << (shape[-2] - 1).bit_length())
-            fill = int_fill if np.issubdtype(array.dtype, np.integer) else np.nan
+            fill = -1 if np.issubdtype(array.dtype, np.integer) else np.nan
             spec = [(0, new - old) for old, new in zip(array.shape, shape)]
             return vizier_types.PaddedArray(
                 padded_array=np.pad(array, spec, constant_values=fill), fill_value=fill,
