@@ -273,10 +273,11 @@ def test_a_study_rebuilt_in_a_new_process_suggests_what_the_live_one_does() -> N
 
 @pytest.mark.slow
 def test_gp_ucb_pe_moves_towards_the_optimum() -> None:
-    """From the same 8 trials, GP-UCB-PE's next 3 picks score better than random search's next 3 and sit
-    on the best backend and mostly the best size (a random pick has vllm and size 4 one time in 8)."""
-    def next_three(algorithm: str) -> list[dict[str, Any]]:
-        study = filled(SMALL, algorithm, seed=2, n=8)
+    """From the same 8 trials, on 6 seeds: GP-UCB-PE's next 3 picks score better than random search's next 3
+    on at least 5, and sit mostly on the best size on every one (a random pick has size 4 one time in 4, so
+    two of three in all 6 seeds happens by chance about once in 50,000)."""
+    def next_three(algorithm: str, seed: int) -> list[dict[str, Any]]:
+        study = filled(SMALL, algorithm, seed=seed, n=8)
         out = []
         for step in range(1, 4):
             (i,) = study.suggest(1, step=step, pool=SMALL_POOL, allowed=free_of(study, SMALL_POOL))
@@ -284,9 +285,9 @@ def test_gp_ucb_pe_moves_towards_the_optimum() -> None:
             study.complete(SMALL_POOL[i], {"objective": score(SMALL_POOL[i])})
         return out
 
-    gp, rand = next_three("DEFAULT"), next_three("RANDOM_SEARCH")
-    assert all(d["backend"] == "vllm" for d in gp) and sum(d["size"] == 4 for d in gp) >= 2, gp
-    assert sum(map(score, gp)) > sum(map(score, rand)), (gp, rand)
+    runs = {seed: (next_three("DEFAULT", seed), next_three("RANDOM_SEARCH", seed)) for seed in range(6)}
+    assert all(sum(d["size"] == 4 for d in gp) >= 2 for gp, _ in runs.values()), runs
+    assert sum(sum(map(score, gp)) > sum(map(score, rand)) for gp, rand in runs.values()) >= 5, runs
 
 
 @pytest.mark.slow

@@ -39,11 +39,11 @@ CONSTANT_PARAM: Final = "_spica_constant"
 JAX_CACHE_DIR: Final = Path.home() / ".cache" / "spica" / "jax"
 CLEAR_CACHES_EVERY: Final = 5
 # Random restarts of the GP's ARD fit (Vizier's default is 4, plus its fixed start). Each restart is a scipy
-# L-BFGS-B run of a few hundred jitted steps, most of an ask's time (bench/bench_asks.py: 2.3 s per ask at 4,
-# 1.0 s at 1). At 1, best-at-64 is the same (bench/results/search_quality_ard1_2026-12-02.log), but
-# tests/test_study.py's 8-trial case then explores another backend on its third pick: kept at 4 until that is
-# understood.
-ARD_RESTARTS = 4
+# L-BFGS-B run of a few hundred jitted steps, most of an ask's time (bench/bench_asks.py: a steady ask 1.51 s at
+# 4, 1.15 s at 1). At 1, DEFAULT's best at 64 evaluations is the optimum on all 5 seeds of both benchmark spaces
+# (bench/results/search_quality_ard1_2026-12-02.log), and on tests/test_study.py's toy space its picks score
+# higher (at 4 it stays on the backend it knows; at 1 it also tries the other one at the best size).
+ARD_RESTARTS = 1
 _QUASI_RANDOM_SKIP: Final = 1000  # Vizier's default burn-in of the Halton sequence
 _FLOAT_TOL: Final = 1e-9
 # Vizier's GP-UCB-PE picks by UCB when a trial completed after the newest pending one was created, and by
