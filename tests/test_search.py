@@ -58,9 +58,10 @@ def search(branch: Branch, context: SearchContext, evaluator: SequentialEvaluato
 
 
 def keep_the_model_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These replays take a fraction of a GP ask, so the cost rules would space-fill or enumerate; tests of
-    the designer itself turn them off."""
+    """These replays take a fraction of a GP ask, so the cost rules would space-fill, enumerate or ask for
+    large batches; tests of the designer itself turn them off (batches of one per worker)."""
     monkeypatch.setattr(search_costs, "OPTIMIZER_SHARE", 1e9)
+    monkeypatch.setattr(search_costs, "BATCH_SHARE", 1e9)
     monkeypatch.setattr(Costs, "enumeration_pays", lambda self, untried, remaining, batch: False)
 
 
@@ -282,8 +283,10 @@ def test_costs_are_read_from_the_trials_and_size_the_asks() -> None:
     assert Costs.of([], 2) == Costs(2, None, search_costs.MODEL_ASK_PRIOR_S)
     assert Costs.of([trial(0, 1.0, "random", 5.0)], 2, model=False) == Costs(2, 1.0, 0.0)
     costs = Costs(2, 2.0, 3.0)
-    # 3 s per ask ≤ the replays of 2 workers × 2 rounds × 1 s of wall per evaluation: batches of 4
-    assert costs.batch_size(8) == 4 and costs.batch_size(2) == 2 and Costs(2, None).batch_size(8) == 2
+    # a 3 s ask takes a quarter (BATCH_SHARE) of the replays of 2 workers × 6 rounds × 1 s of wall per evaluation
+    assert search_costs.BATCH_SHARE == 0.25
+    assert costs.batch_size(16) == 12 and costs.batch_size(8) == 8 and costs.batch_size(2) == 2
+    assert Costs(2, None).batch_size(8) == 2 and Costs(2, 2.0, 0.5).batch_size(16) == 2
     assert costs.model_pays(4) and not costs.model_pays(2)
     # 10 untried at 1 s of wall each, against 6 more evaluations (6 s) and 2 asks of 3 s: enumerate
     assert costs.enumeration_pays(10, 6, 4) and not costs.enumeration_pays(13, 6, 4)

@@ -4,8 +4,8 @@ The optimizer should never cost more than the replays it saves. The search loop 
 from the trials it knows (``eval_seconds`` of their evaluations, ``suggest_seconds`` of their asks),
 so every decision below is a function of recorded trials and a resumed sweep makes the same ones:
 
-* **batch size**: one model ask proposes ``batch_size`` candidates, enough that the ask takes at most
-  ``OPTIMIZER_SHARE`` of the time the workers spend replaying them;
+* **batch size**: one model ask proposes ``batch_size`` candidates, enough that the next ask takes at most
+  ``BATCH_SHARE`` of the time the workers spend replaying them;
 * **model or space-filling**: when even the largest batch would not pay for a fit, the ask space-fills;
 * **enumerate**: when replaying every untried candidate of a branch costs less wall time than asking
   for the rest of its budget, the rest of the branch is enumerated.
@@ -21,9 +21,13 @@ from spica_core.search.trials import Trial
 
 # Before the first model ask of a branch: a warm GP-UCB-PE fit plus a few picks on two cores.
 MODEL_ASK_PRIOR_S = 1.0
-# An ask may take this share of the replay time of the batch before it: at 1.0 it ends as the workers run
-# out of candidates, so they never wait for it.
+# A model ask pays when it costs at most this share of the replay time of the candidates it proposes.
 OPTIMIZER_SHARE = 1.0
+# A batch is sized so that the next ask takes at most this share of its replay time. At 1.0 the ask would end
+# as the workers run out of candidates, but an ask's time varies (tracing, cleared caches, the CPU it shares
+# with the workers) and each ask refits the GP: on the one-hour case's shape (bench/bench_search.py's real
+# trace, 96 evaluations) 1.0 gave a wall of 99 s and 0.25 gave 77 s (0.1: 68 s, with a lower best).
+BATCH_SHARE = 0.25
 BATCH_ROUNDS = 4  # a batch holds at most this many rounds' worth of candidates (more asks would learn too little)
 MODEL_METHODS = frozenset({"gp"})
 
@@ -54,13 +58,13 @@ class Costs:
         return None if self.eval_s is None else self.eval_s / self.workers
 
     def batch_size(self, largest: int) -> int:
-        """A multiple of the workers, the smallest whose replays take ``ask_s / OPTIMIZER_SHARE``: the next
-        ask is then done before the workers run out of candidates (at most ``largest``)."""
+        """A multiple of the workers, the smallest whose replays take ``ask_s / BATCH_SHARE``: the next ask is
+        then done well before the workers run out of candidates (at most ``largest``)."""
         largest = max(largest, self.workers)
         wall = self.wall_per_eval()
         if not wall:
             return self.workers
-        rounds = math.ceil(self.ask_s / (OPTIMIZER_SHARE * wall * self.workers))
+        rounds = math.ceil(self.ask_s / (BATCH_SHARE * wall * self.workers))
         return max(self.workers, min(largest, rounds * self.workers))
 
     def model_pays(self, count: int) -> bool:
@@ -77,4 +81,4 @@ class Costs:
         return untried * wall <= asking
 
 
-__all__ = ["Costs", "BATCH_ROUNDS", "MODEL_ASK_PRIOR_S", "OPTIMIZER_SHARE"]
+__all__ = ["Costs", "BATCH_ROUNDS", "BATCH_SHARE", "MODEL_ASK_PRIOR_S", "OPTIMIZER_SHARE"]
