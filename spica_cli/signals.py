@@ -25,6 +25,10 @@ Why this module exists (Prefect 3.9.1, read in its source and measured):
   swallowed, and a Ctrl-C during interpreter teardown lands in an atexit callback ("Exception ignored
   ... KeyboardInterrupt", exit 0): the "ignored" SIGINT. So a stop is recorded before anything is
   raised and re-checked when the flow returns, and teardown after a finished sweep gets its own handler.
+* A Python handler can also run inside a gc callback (jax registers one) or a ``__del__``, where Python
+  cannot raise: it prints the stop's exception as "Exception ignored in …" with a traceback, and the stop is
+  lost. While a sweep runs, such a stop exception is not printed; the signal is sent again a moment later,
+  to be raised where the sweep can see it (the sentry's deadline stays, should that land badly too).
 * A Python handler runs only between bytecodes of the main thread, which runs the flow, the Vizier GP
   and (``parallel_evals: 1``) the replay: a long native call delays it. So the C-level wakeup fd also
   tells a sentry thread, which gives the orderly way :data:`GRACE_S` and then kills the children and
@@ -59,6 +63,7 @@ from spica_cli.python_private import before_thread_join
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 GRACE_S = 6.0          # stop signal → forced exit, if the orderly way (report the crash, drain, stop) is not done
 SERVER_GRACE_S = 1.5   # the API server's SIGTERM → SIGKILL, on a forced exit
+REDELIVER_S = 0.05     # a stop exception Python could not raise: the signal is sent again after this
 REMOTE_LOSS_S = 20.0   # a PREFECT_API_URL server that has not answered this long ends the sweep
 REMOTE_EVERY_S = 2.0
 
@@ -81,6 +86,20 @@ class Interrupted(KeyboardInterrupt):
     @property
     def message(self) -> str:
         return f"interrupted ({_name(self.signum)}); {_kept(self.run_dir)}"
+
+
+def _stop_signal(exc: BaseException | None) -> int | None:
+    """The stop signal behind ``exc``: ours (Interrupted), Prefect's flow engine's (TerminationSignal), or a
+    plain Ctrl-C; None for anything else."""
+    from prefect.exceptions import TerminationSignal
+
+    if isinstance(exc, Interrupted):
+        return exc.signum
+    if isinstance(exc, KeyboardInterrupt):
+        return signal.SIGINT
+    if isinstance(exc, TerminationSignal) and exc.signal in STOP_SIGNALS:
+        return exc.signal
+    return None
 
 
 def _name(signum: int) -> str:
@@ -124,6 +143,7 @@ class _Guard:
         self._wsock: socket.socket | None = None
         self._previous: dict[int, Handler] = {}
         self._previous_wakeup = -1
+        self._previous_unraisable: Callable[[Any], Any] = sys.unraisablehook
         self._own: TempServer | None = None      # our temporary server (start_api), waited for by watch_api
         self._remote: str | None = None           # PREFECT_API_URL's server
         self._server_proc: subprocess.Popen[Any] | None = None  # the temporary server's process, watched
@@ -140,6 +160,7 @@ class _Guard:
         for sig in STOP_SIGNALS:
             self._previous[sig] = signal.signal(sig, self._on_signal)
         self._previous_wakeup = signal.set_wakeup_fd(self._wsock.fileno(), warn_on_full_buffer=False)
+        self._previous_unraisable, sys.unraisablehook = sys.unraisablehook, self._on_unraisable
         self._start(self._sentry, "spica-stop-sentry")
 
     def _start(self, target: Callable[[], None], name: str) -> None:
@@ -213,6 +234,8 @@ class _Guard:
             signal.set_wakeup_fd(current)
         for sig, handler in self._previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        if sys.unraisablehook == self._on_unraisable:
+            sys.unraisablehook = self._previous_unraisable
         self._rsock.close()
         self._wsock.close()
         self._wsock = None
@@ -226,6 +249,21 @@ class _Guard:
                 return
             self._raised = True
         raise Interrupted(signum, self.run_dir)
+
+    def _on_unraisable(self, unraisable: Any) -> None:
+        """A stop's exception raised where Python cannot raise (module docstring): send the signal again."""
+        signum = _stop_signal(unraisable.exc_value)
+        if signum is None:
+            self._previous_unraisable(unraisable)
+            return
+        with self._lock:
+            if self._forcing:
+                return
+            if isinstance(unraisable.exc_value, Interrupted):
+                self._raised = False  # ours was never raised where the sweep could see it
+        timer = threading.Timer(REDELIVER_S, os.kill, (os.getpid(), signum))
+        timer.daemon = True
+        timer.start()
 
     def _note(self, signum: int) -> None:
         with self._lock:

@@ -279,3 +279,42 @@ def test_losing_the_prefect_api_mid_sweep_fails_fast_with_one_line(started: Any)
     assert f"kept in {s.run_dir}: run the same command to resume" in line
     assert not s.alive_children(), s.alive_children()
     assert pq.read_table(s.run_dir / "trials.parquet").num_rows > 0  # resumable
+
+
+@pytest.mark.parametrize("raised", ["ours", "prefect"])
+def test_a_stop_python_could_not_raise_is_sent_again_not_printed(raised: str,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stop's exception raised inside a gc callback (jax registers one) is handed to sys.unraisablehook:
+    while a sweep runs it is not printed, and the signal comes again to be raised in the main thread's code.
+    Any other unraisable exception goes to the hook before (Python's prints it)."""
+    import gc
+
+    from prefect.exceptions import TerminationSignal
+
+    from spica_cli import signals
+
+    def raising(exc: BaseException):  # type: ignore[no-untyped-def]
+        def callback(phase: str, info: dict[str, Any]) -> None:
+            if phase == "start":
+                gc.callbacks.remove(callback)
+                raise exc
+        return callback
+
+    seen: list[BaseException] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: seen.append(unraisable.exc_value))
+    stop = Interrupted(signal.SIGTERM) if raised == "ours" else TerminationSignal(signal.SIGTERM)
+    guard = signals._Guard()
+    guard.install()
+    try:
+        with pytest.raises(Interrupted) as caught:
+            gc.callbacks.append(raising(stop))
+            gc.collect()
+            for _ in range(100):  # the signal sent again is raised here, between two sleeps
+                time.sleep(0.02)
+        assert caught.value.signum == signal.SIGTERM
+        gc.callbacks.append(raising(ValueError("not a stop")))
+        gc.collect()
+    finally:
+        guard.uninstall()
+    assert [str(e) for e in seen] == ["not a stop"]
+    assert sys.unraisablehook != guard._on_unraisable
