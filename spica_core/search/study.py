@@ -40,9 +40,10 @@ JAX_CACHE_DIR: Final = Path.home() / ".cache" / "spica" / "jax"
 CLEAR_CACHES_EVERY: Final = 5
 # Random restarts of the GP's ARD fit (Vizier's default is 4, plus its fixed start). Each restart is a scipy
 # L-BFGS-B run of a few hundred jitted steps, most of an ask's time (bench/bench_asks.py: a steady ask 1.51 s at
-# 4, 1.15 s at 1). At 1, DEFAULT's best at 64 evaluations is the optimum on all 5 seeds of both benchmark spaces
-# (bench/results/search_quality_ard1_2026-12-02.log), and on tests/test_study.py's toy space its picks score
-# higher (at 4 it stays on the backend it knows; at 1 it also tries the other one at the best size).
+# 4, 1.15 s at 1). At 1, DEFAULT's median best at 64 evaluations is the optimum on both benchmark spaces
+# (bench/results/search_quality_batch_share_2026-12-02.log: dense 0.939-1.000, MoE 1.000 on all 5 seeds), and
+# on tests/test_study.py's toy space its next picks score higher on 3 seeds of 6 and the same on the others
+# (at 4 it stays on the backend it knows; at 1 it also tries the other one at the best size).
 ARD_RESTARTS = 1
 _QUASI_RANDOM_SKIP: Final = 1000  # Vizier's default burn-in of the Halton sequence
 _FLOAT_TOL: Final = 1e-9
