@@ -17,12 +17,11 @@ from spica_core.evaluate import EvalRequest, Outcome, SequentialEvaluator, Statu
 from spica_core.run.catalog import RunDir
 from spica_core.search import costs as search_costs
 from spica_core.search import (
-    BranchResult, Costs, EvalCache, SearchContext, Study, Tally, Trial, VizierSuggester, rank_trials, search_branch,
+    BranchResult, Costs, EvalCache, SearchContext, Tally, Trial, VizierSuggester, rank_trials, search_branch,
     thorough_proposals, thorough_size,
 )
 from spica_core.space.branches import Branch, enumerate_branches
 from spica_core.space.parallel import ParallelConfig
-from spica_core.space.projection import latent_params
 
 SPACE: dict[str, Any] = {
     "model_name": "Qwen/Qwen3-32B", "hardware_sku": "h200_sxm", "gpu_budget": 8, "deployment_mode": ["agg"],
