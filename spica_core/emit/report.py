@@ -12,6 +12,7 @@ provenance.
 """
 from __future__ import annotations
 
+import functools
 import io
 import math
 import os
@@ -220,24 +221,18 @@ def _seconds(value: float) -> str:
 _NICE_BINS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)
 
 
-_LAST_PROFILE: dict[tuple[str, int, int, int], TraceProfile] = {}
-
-
 def trace_profile(path: Path, bins: int = 60) -> TraceProfile:
     """Arrivals per time bin (about ``bins`` bins of a round width) and mean lengths of a mooncake trace.
 
     The last profile is kept by the file's identity (path, size, mtime), so the report's text, its plot and
     AIC's mean lengths share one parse of a trace that may hold a million rows."""
     stat = os.stat(path)
-    key = (str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns, bins)
-    if key not in _LAST_PROFILE:
-        profile = _profile(path, bins)
-        _LAST_PROFILE.clear()
-        _LAST_PROFILE[key] = profile
-    return _LAST_PROFILE[key]
+    return _profile(str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns, bins)
 
 
-def _profile(path: Path, bins: int) -> TraceProfile:
+@functools.lru_cache(maxsize=1)
+def _profile(path: str, size: int, mtime_ns: int, bins: int) -> TraceProfile:
+    """One parse of the trace; ``size`` and ``mtime_ns`` are only part of the cache's key."""
     from spica_core.predictors.windows import read_arrivals, windows_from_arrivals
 
     arrivals = read_arrivals(path)

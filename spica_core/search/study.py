@@ -22,6 +22,7 @@ import importlib.util
 import logging
 import math
 import os
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,6 +96,10 @@ def _runtime() -> SimpleNamespace:
         from absl import logging as absl_logging
 
         absl_logging.set_verbosity(absl_logging.ERROR)
+        # absl's handler keeps the stream that was sys.stderr when absl was imported, and closes it when logging
+        # is reconfigured (Prefect's dictConfig closes every handler) unless it is sys.stderr by then: a
+        # redirected stderr (pytest's capture file, a caller's redirect_stderr) would be closed under its owner.
+        absl_logging.get_absl_handler().python_handler.stream = sys.__stderr__
         import jax
 
         jax.config.update("jax_enable_x64", True)
