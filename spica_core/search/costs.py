@@ -26,7 +26,8 @@ OPTIMIZER_SHARE = 1.0
 # A batch is sized so that the next ask takes at most this share of its replay time. At 1.0 the ask would end
 # as the workers run out of candidates, but an ask's time varies (tracing, cleared caches, the CPU it shares
 # with the workers) and each ask refits the GP: on the one-hour case's shape (bench/bench_search.py's real
-# trace, 96 evaluations) 1.0 gave a wall of 99 s and 0.25 gave 77 s (0.1: 68 s, with a lower best).
+# trace, 96 evaluations) 1.0 gave a wall of 99 s and 0.25 gave 77 s (0.1: 68 s, with a lower best;
+# bench/bench_batch_share.py, bench/results/batch_share_2026-12-02.log).
 BATCH_SHARE = 0.25
 BATCH_ROUNDS = 4  # a batch holds at most this many rounds' worth of candidates (more asks would learn too little)
 MODEL_METHODS = frozenset({"gp"})
