@@ -9,16 +9,24 @@ variants can be compared in one run:
     python bench/bench_asks.py                      # Spica's settings
     python bench/bench_asks.py --clear-every 0      # caches kept
     python bench/bench_asks.py --restarts 4         # Vizier's four ARD restarts
+    python bench/bench_asks.py --busy 2             # beside two busy processes, as beside two replay workers
+    python bench/bench_asks.py --busy 2 --blas-threads 0   # the same with OpenBLAS's own thread count
+
+Each row also has the ask's CPU seconds (``cpu_s``): more than its wall time means threads that spin.
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
+import functools
 import json
+import multiprocessing
 import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("DYN_LOG", "error")
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,14 +47,29 @@ def objective(raw: dict) -> float:
     return float(sum(sum(map(ord, f"{k}={v}")) % 97 for k, v in raw.items()))
 
 
+def burn(stop: Any) -> None:
+    """A CPU-bound process (the stand-in for a replay worker's load; it computes nothing)."""
+    x = 0
+    while not stop.is_set():
+        for _ in range(100_000):
+            x += 1
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--asks", type=int, default=14)
     ap.add_argument("--count", type=int, default=4)
     ap.add_argument("--restarts", type=int, default=study_module.ARD_RESTARTS)
     ap.add_argument("--clear-every", type=int, default=study_module.CLEAR_CACHES_EVERY)
+    ap.add_argument("--busy", type=int, default=0, help="CPU-bound processes running beside the asks")
+    ap.add_argument("--blas-threads", type=int, default=1, help="Spica's limit is 1; 0 leaves OpenBLAS's own")
     args = ap.parse_args()
     study_module.CLEAR_CACHES_EVERY = args.clear_every or 10**9
+    if not args.blas_threads:
+        study_module.threadpool_limits = lambda **_: contextlib.nullcontext()  # type: ignore[assignment]
+    elif args.blas_threads != 1:
+        limit = functools.partial(study_module.threadpool_limits, limits=args.blas_threads)
+        study_module.threadpool_limits = lambda **_: limit()  # type: ignore[assignment]
     new_designer = study_module.Study._new_designer
 
     def with_restarts(self: study_module.Study) -> object:
@@ -72,25 +95,34 @@ def main() -> None:
     for i in np.random.default_rng(0).choice(len(pool), 4, replace=False):
         study.complete(pool[int(i)], {"objective": objective(pool[int(i)])})
     proc, rows, pending = psutil.Process(), [], []
+    stop = multiprocessing.Event()
+    burners = [multiprocessing.Process(target=burn, args=(stop,), daemon=True) for _ in range(args.busy)]
+    for b in burners:
+        b.start()
     for k in range(args.asks):
         seconds.clear(), events.clear()
         allowed = [True] * len(pool)
         for p in pending:
             allowed[p] = False
-        start = time.perf_counter()
-        picks = study.suggest(args.count, 10 + k, pool, allowed, pending=[pool[p] for p in pending], exploit=k % 2 == 0)
-        wall = time.perf_counter() - start
+        start, cpu = time.perf_counter(), time.process_time()
+        picks = study.suggest(args.count, 10 + k, pool, allowed, pending=[pool[p] for p in pending],
+                              exploit=k % 2 == 0)
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         for p in pending:
             study.complete(pool[p], {"objective": objective(pool[p])})
         pending = picks
-        rows.append({"trials": len(study.trials), "wall_s": round(wall, 2),
+        rows.append({"trials": len(study.trials), "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
                      "compiles": events["backend_compile_duration"],
                      "compile_s": round(seconds["backend_compile_duration"], 2),
                      "trace_s": round(seconds["jaxpr_trace_duration"], 2),
                      "rss_mb": round(proc.memory_info().rss / 2**20)})
         print(json.dumps(rows[-1]), flush=True)
+    stop.set()
+    for b in burners:
+        b.join()
     steady = [r["wall_s"] for r in rows[1:]]
     print(json.dumps({"restarts": args.restarts, "clear_every": args.clear_every, "count": args.count,
+                      "busy": args.busy, "blas_threads": args.blas_threads or "OpenBLAS default",
                       "median_ask_s": float(np.median(steady)), "rss_growth": rows[-1]["rss_mb"] / rows[1]["rss_mb"] - 1}))
 
 

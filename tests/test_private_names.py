@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -130,3 +131,54 @@ def test_the_installed_prefect_has_the_name_spica_reads(monkeypatch: pytest.Monk
     monkeypatch.delattr(SubprocessASGIServer, "_instances")
     assert prefect_private.missing() == ["SubprocessASGIServer._instances is gone from the installed Prefect "
                                          "(Spica is tested with prefect 3.9.1)"]
+
+
+@pytest.mark.slow
+def test_gp_ucb_pes_joins_in_numpy_give_vizier_s_values_and_compile_nothing_per_pending_count(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """``_trials_to_data`` and ``_get_predictive_all_features`` of Spica's GP-UCB-PE equal Vizier's own on the same
+    trials (labels, and every array of the predictive conditioned on pending trials, noisy or not), and unlike
+    Vizier's they compile no jax join when the pending count changes (Vizier's compiled one per pick)."""
+    import logging
+
+    import jax
+    import numpy as np
+
+    from spica_core.search.study import Study, _runtime
+    from spica_core.search.vizier_private import designer_classes
+    from spica_core.space.params import Param
+
+    rt = _runtime()
+    params = [Param("size", "discrete", (1, 2, 4, 8), log_scale=True, is_int=True, default=4),
+              Param("ratio", "float", bounds=(0.25, 1.0), default=1.0),
+              Param("backend", "categorical", ("vllm", "sglang"), default="vllm")]
+    study = Study(params, seed=3)
+    pool = [{"size": s, "ratio": r, "backend": b} for s in (1, 2, 4, 8) for r in (0.25, 0.5, 1.0)
+            for b in ("vllm", "sglang")]
+    for k, raw in enumerate(pool[:7]):
+        study.complete(raw, {"objective": float(k % 3) - raw["ratio"]})
+    designer = study._new_designer()
+    vizier_ucb_pe = designer_classes()[0]
+    completed = study._vizier_trials()
+    ours, theirs = designer._trials_to_data(completed), vizier_ucb_pe._trials_to_data(designer, completed)
+    np.testing.assert_array_equal(np.asarray(ours.labels.padded_array), np.asarray(theirs.labels.padded_array))
+    assert ours.labels.shape == theirs.labels.shape == (64, 1)
+    model = designer._build_gp_model_and_optimize_parameters(ours, jax.random.PRNGKey(0))
+
+    def pending(n: int) -> object:
+        return designer._converter.to_features(study._pending_trials(pool[7:7 + n], exploit=False))
+
+    for noisy in (False, True):
+        a = designer._get_predictive_all_features(pending(3), ours, model, noisy)
+        b = vizier_ucb_pe._get_predictive_all_features(designer, pending(3), ours, model, noisy)
+        for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+    def joins_compiled(predictive: Any, n: int) -> list[str]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="jax._src.dispatch"), rt.jax.log_compiles(True):
+            predictive(pending(n), ours, model, False)
+        return [r.getMessage() for r in caplog.records if "compilation of jit(concatenate)" in r.getMessage()]
+
+    assert joins_compiled(designer._get_predictive_all_features, 4) == []
+    assert joins_compiled(lambda *a: vizier_ucb_pe._get_predictive_all_features(designer, *a), 5) != []

@@ -301,6 +301,32 @@ def test_multi_objective_default_picks_free_candidates() -> None:
         study.complete(SMALL_POOL[out[0]], {"throughput": 1.0})
 
 
+def test_a_model_ask_runs_with_one_blas_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beside busy replay workers, OpenBLAS's waiting threads spun and an ask cost several times its CPU
+    (bench/bench_asks.py --busy 2): the designer's suggest runs with BLAS limited to one thread, and only it."""
+    from threadpoolctl import threadpool_info
+
+    def blas_threads() -> list[int]:
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    seen: list[list[int]] = []
+
+    class Designer:  # records the limits the ask runs under; proposes nothing, so the study space-fills
+        def update(self, *_: object) -> None: ...
+
+        def suggest(self, count: int) -> list[object]:
+            seen.append(blas_threads())
+            return []
+
+    study = filled(SMALL, "DEFAULT", seed=1, n=4)
+    monkeypatch.setattr(study, "_new_designer", Designer)
+    monkeypatch.setattr("spica_core.search.study.reseed", lambda *_: None)
+    before = blas_threads()
+    picks = study.suggest(2, step=1, pool=SMALL_POOL, allowed=free_of(study, SMALL_POOL))
+    assert len(picks) == 2 and seen and seen[0] and set(seen[0]) == {1}
+    assert set(blas_threads()) == set(before)  # restored after the ask (a library it loaded has the default)
+
+
 @pytest.mark.slow
 def test_rss_growth_is_bounded_with_the_designer_and_compile_caches_kept() -> None:
     """Padding bounds the compiled shapes: past the first suggests, RSS hardly grows (bench/bench_search.py

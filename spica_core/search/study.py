@@ -8,11 +8,11 @@ designer alive and feeds it only the trials it has not seen; its random key is r
 picks whether the designer is warm or rebuilt after a resume.
 
 Runtime notes (spec/orchestration.md §2): Vizier's GP designers need ``jax_enable_x64``; padding the
-trial axis to powers of two (at least ``TRIAL_PAD_FLOOR``) bounds JIT compiles. Vizier jits new
-closures on every ask, so jax's in-memory caches grow by 20-30 MB per ask; they are cleared every
-``CLEAR_CACHES_EVERY`` model asks, and the compiled code comes back from the on-disk compilation
-cache instead of being compiled again (bench/results/asks.log: +10 % RSS over 14 asks, against +103 % with
-the caches kept). GP
+trial axis to powers of two (at least ``TRIAL_PAD_FLOOR``) bounds JIT compiles. jax keeps every executable it
+compiled. GP-UCB-PE's joins of completed and pending trials are done in numpy (``vizier_private``), so a steady
+ask compiles only the few small joins Vizier's own ``suggest`` makes (about 4 MB); jax's caches are cleared when
+a study's padded trial count grows (the smaller shapes are dead: it retraces anyway) and every
+``CLEAR_CACHES_EVERY`` model asks, each clear costing the next ask a retrace of the GP (seconds). GP
 designers reject a 0-dimensional space, hence the dummy ``_spica_constant`` categorical.
 """
 from __future__ import annotations
@@ -30,15 +30,20 @@ from types import SimpleNamespace
 from typing import Any, Final, Iterable, Literal, Sequence
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
-from spica_core.search.vizier_private import designer_classes, finite_designers, numpy_padding, reseed
+from spica_core.search.vizier_private import (
+    designer_classes, finite_designers, numpy_padding, padded_trials, reseed,
+)
 from spica_core.space.params import Param
 
 ALGORITHMS: Final = ("DEFAULT", "GAUSSIAN_PROCESS_BANDIT", "RANDOM_SEARCH", "QUASI_RANDOM_SEARCH")
 GP_ALGORITHMS: Final = frozenset({"DEFAULT", "GAUSSIAN_PROCESS_BANDIT"})
 CONSTANT_PARAM: Final = "_spica_constant"
 JAX_CACHE_DIR: Final = Path.home() / ".cache" / "spica" / "jax"
-CLEAR_CACHES_EVERY: Final = 5
+# A steady ask leaves about 4 MB of executables behind (bench/bench_asks.py --clear-every 0), so 25 asks add
+# about 100 MB to a sweep process of 600-900 MB before a clear returns it.
+CLEAR_CACHES_EVERY: Final = 25
 # Random restarts of the GP's ARD fit (Vizier's default is 4, plus its fixed start). Each restart is a scipy
 # L-BFGS-B run of a few hundred jitted steps, most of an ask's time (bench/bench_asks.py: a steady ask 1.51 s at
 # 4, 1.15 s at 1). At 1, DEFAULT's median best at 64 evaluations is the optimum on both benchmark spaces
@@ -103,9 +108,12 @@ def _runtime() -> SimpleNamespace:
         import jax
 
         jax.config.update("jax_enable_x64", True)
-        # Compiled GP code is kept on disk, so a later sweep on this machine skips the compiles.
+        # Compiled GP code is kept on disk, so a later sweep on this machine skips the compiles: all of it. A study's
+        # first ask compiles ~127 executables in 3 s, most of them small; from a warm folder it took 5.3 s with all
+        # kept, 6.4 s with those over 20 ms, about 7 s with those over 0.2 s (bench/bench_asks.py, first row). A
+        # steady ask adds about four small entries (~20 KB); the folder can be deleted at any time.
         jax.config.update("jax_compilation_cache_dir", os.environ.get("SPICA_JAX_CACHE_DIR", str(JAX_CACHE_DIR)))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         from vizier import algorithms as vza
         from vizier import pyvizier as vz
         from vizier.pyvizier import converters
@@ -150,6 +158,7 @@ class Study:
         self._slot = _Slot()
         self._pool: _Pool | None = None
         self._unpadded_converter: Any = None
+        self._bucket = padded_trials(0)     # the padded trial count of the last model ask
         for record in trials:
             self.complete(record.params, record.metrics, record.infeasible_reason, record.metadata)
         # A related earlier study (another trace): a GP bandit's prior, never one of this study's trials.
@@ -366,12 +375,18 @@ class Study:
         self._fed = len(self._trials)
         global _MODEL_ASKS
         _MODEL_ASKS += 1
-        if _MODEL_ASKS % CLEAR_CACHES_EVERY == 0:  # bound memory; the disk cache keeps the compiled code
+        bucket = padded_trials(len(self._trials) + len(pending) + count)  # the largest shape this ask pads to
+        if _MODEL_ASKS % CLEAR_CACHES_EVERY == 0 or bucket > self._bucket:  # bound memory (see the module's notes)
             rt.jax.clear_caches()
+        self._bucket = bucket
         reseed(self._designer, rt.jax.random.PRNGKey(derive_seed(self.seed, step)))  # step-keyed: resume == live
         self._slot.choice = choice
         try:
-            self._designer.suggest(count)
+            # One BLAS thread: the GP's small Cholesky solves gain nothing from more, and beside busy replay
+            # workers OpenBLAS's waiting threads spun: an ask took 4-13 s of CPU instead of 1 s (bench/bench_asks.py
+            # --busy).
+            with threadpool_limits(limits=1):
+                self._designer.suggest(count)
         finally:
             self._slot.choice = None
 
