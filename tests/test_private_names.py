@@ -3,6 +3,7 @@ with the pinned version, when the installed library no longer has one of them.""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,26 +37,29 @@ def test_a_renamed_vizier_name_is_reported_with_the_pinned_version(monkeypatch: 
 @pytest.mark.parametrize("trials, padded_to", [(5, 64), (64, 64), (65, 128), (100, 128)])
 def test_numpy_padding_builds_the_padded_array_vizier_builds(trials: int, padded_to: int) -> None:
     """The numpy schedule (no jax op per array) gives Vizier's own ``PaddedArray.from_array`` result, with the
-    trial axis at the next power of two, at least TRIAL_PAD_FLOOR; without trial padding, the array as is."""
+    trial axis at the next power of two, at least TRIAL_PAD_FLOOR, and the feature axis at the next power of two,
+    at least FEATURE_PAD_FLOOR; without trial padding, the trial axis as is; labels keep their one column."""
     import numpy as np
     from vizier._src.jax import types as vizier_types
     from vizier.pyvizier.converters import padding
 
     from spica_core.search.study import _runtime
-    from spica_core.search.vizier_private import TRIAL_PAD_FLOOR, numpy_padding
+    from spica_core.search.vizier_private import FEATURE_PAD_FLOOR, TRIAL_PAD_FLOOR, numpy_padding
 
     _runtime()  # x64, as in a sweep
-    assert TRIAL_PAD_FLOOR == 64
+    assert (TRIAL_PAD_FLOOR, FEATURE_PAD_FLOOR) == (64, 8)
     features = np.random.default_rng(trials).random((trials, 3))
     categorical = np.arange(trials * 2).reshape(trials, 2)
     for array, fill in ((features, np.nan), (categorical, -1)):
         ours = numpy_padding(padding, pad_trials=True).pad_features(array)
-        theirs = vizier_types.PaddedArray.from_array(array, (padded_to, array.shape[1]), fill_value=fill)
-        assert ours.shape == theirs.shape == (padded_to, array.shape[1])
+        theirs = vizier_types.PaddedArray.from_array(array, (padded_to, 8), fill_value=fill)
+        assert ours.shape == theirs.shape == (padded_to, 8)
         np.testing.assert_array_equal(np.asarray(ours.padded_array), np.asarray(theirs.padded_array))
         np.testing.assert_array_equal(np.asarray(ours.unpad()), array)
         assert [m.tolist() for m in ours.is_missing] == [m.tolist() for m in theirs.is_missing]
-        assert ours._nopadding_done == theirs._nopadding_done == (trials == padded_to)
+        assert not ours._nopadding_done and not theirs._nopadding_done
+    wide = numpy_padding(padding, pad_trials=False).pad_features(np.ones((trials, 9)))
+    assert wide.shape == (trials, 16)
     flat = numpy_padding(padding, pad_trials=False).pad_labels(features[:, :1])
     assert flat.shape == (trials, 1) and flat._nopadding_done
 
@@ -182,3 +186,51 @@ def test_gp_ucb_pes_joins_in_numpy_give_vizier_s_values_and_compile_nothing_per_
 
     assert joins_compiled(designer._get_predictive_all_features, 4) == []
     assert joins_compiled(lambda *a: vizier_ucb_pe._get_predictive_all_features(designer, *a), 5) != []
+
+
+@pytest.mark.slow
+def test_padded_features_give_the_same_picks_and_a_second_space_reuses_the_first_s_gp_executables(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Padding the feature axis changes no pick (padded features are masked out of the kernel), and a space
+    whose encoding has two more features than the first's compiles none of the GP's executables again: the
+    second branch of a sweep no longer traces and compiles its own (about 4 s of its first ask)."""
+    import logging
+    import random
+
+    from spica_core.search import vizier_private
+    from spica_core.search.study import Study, _runtime
+    from spica_core.space.params import Param
+
+    rt = _runtime()
+
+    def study_and_pool(floats: int) -> tuple[Study, list[dict[str, Any]]]:
+        params = [Param("size", "discrete", (1, 2, 4, 8), log_scale=True, is_int=True, default=4),
+                  Param("backend", "categorical", ("vllm", "sglang"), default="vllm")]
+        params += [Param(f"r{i}", "float", bounds=(0.25, 1.0), default=1.0) for i in range(floats)]
+        rnd = random.Random(floats)
+        pool = [{"size": rnd.choice((1, 2, 4, 8)), "backend": rnd.choice(("vllm", "sglang")),
+                 **{f"r{i}": rnd.choice((0.25, 0.5, 1.0)) for i in range(floats)}} for _ in range(40)]
+        study = Study(params, seed=floats)
+        for k, raw in enumerate(pool[:6]):
+            study.complete(raw, {"objective": float(k % 3) - raw["r0"] + 0.1 * raw["size"]})
+        return study, pool
+
+    def ask(floats: int) -> tuple[list[int], list[str]]:
+        study, pool = study_and_pool(floats)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="jax._src.dispatch"), rt.jax.log_compiles(True):
+            picks = study.suggest(4, 1, pool, [True] * len(pool), pending=[pool[7]], exploit=True)
+        compiled = [r.getMessage() for r in caplog.records if "Finished XLA compilation" in r.getMessage()]
+        # Padding the raw arrays compiles a few one-op executables (milliseconds each) per new width;
+        # what costs seconds is the GP's own executables, so only those count.
+        return picks, [m for m in compiled if not re.search(r"jit\((_pad|concatenate|broadcast_in_dim|dynamic_slice)\)", m)]
+
+    first, compiled = ask(1)
+    again, recompiled = ask(3)
+    assert len(compiled) > 20 and recompiled == []
+    monkeypatch.setattr(vizier_private, "padded_features", lambda count: count)
+    rt.jax.clear_caches()
+    unpadded_first, _ = ask(1)
+    unpadded_again, recompiled = ask(3)
+    assert (unpadded_first, unpadded_again) == (first, again)
+    assert len(recompiled) > 20

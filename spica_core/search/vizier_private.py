@@ -19,6 +19,9 @@ TRIAL_PAD_FLOOR = 64  # completed + pending trials are padded to this many at le
 #                       first 64 trials instead of one per power of two (a new shape costs 5-8 s of tracing in
 #                       each of the next asks; bench/results/asks.log: 35 s for 14 asks at 64, 49 s at 32)
 
+FEATURE_PAD_FLOOR = 8  # and the feature axis to the next power of two, at least this: branches and spaces whose
+#                        encodings differ by a few features share one set of GP executables (a sweep's second
+#                        designer traced and compiled its own, about 4 s of its first ask; test_private_names.py)
 _DESIGNERS: tuple[type, type, type] | None = None
 _PADDING: dict[bool, type] | None = None
 
@@ -42,10 +45,16 @@ def padded_trials(count: int) -> int:
     return max(TRIAL_PAD_FLOOR, 1 << max(0, count - 1).bit_length())
 
 
+def padded_features(count: int) -> int:
+    """How many features an axis of ``count`` is padded to (padded features are masked out of the GP's kernel)."""
+    return max(FEATURE_PAD_FLOOR, 1 << max(0, count - 1).bit_length())
+
+
 def numpy_padding(padding: Any, pad_trials: bool) -> Any:
     """Vizier's padding schedule (``padding``: ``vizier.pyvizier.converters.padding``), built in numpy: the
     trial axis goes to the next power of two and at least TRIAL_PAD_FLOOR (``pad_trials=True``) or stays as it
-    is (``False``; several metrics: GP-UCB-PE refuses trial padding there). Vizier's own schedule pads with ``jnp.pad``,
+    is (``False``; several metrics: GP-UCB-PE refuses trial padding there), and the feature axis of features
+    (not of labels) to :func:`padded_features`. Vizier's own schedule pads with ``jnp.pad``,
     one dispatched jax op per array, about 0.8 s of every ask (bench/bench_asks.py). Built on first use so
     that importing this module never imports Vizier."""
     global _PADDING
@@ -58,17 +67,19 @@ def numpy_padding(padding: Any, pad_trials: bool) -> Any:
         pads_trials = False
 
         def pad_features(self, features: Any) -> Any:
-            return self._padded(features)
+            return self._padded(features, pad_features=True)
 
         def pad_labels(self, labels: Any) -> Any:
             return self._padded(labels)
 
-        def _padded(self, array: Any) -> Any:
+        def _padded(self, array: Any, pad_features: bool = False) -> Any:
             """Integer (categorical) arrays are filled with -1 and float ones with NaN, as Vizier fills them."""
             array = np.asarray(array)
             shape = list(array.shape)
             if self.pads_trials and len(shape) >= 2 and shape[-2] > 0:
                 shape[-2] = padded_trials(shape[-2])
+            if pad_features and len(shape) >= 2 and shape[-1] > 0:
+                shape[-1] = padded_features(shape[-1])
             fill = -1 if np.issubdtype(array.dtype, np.integer) else np.nan
             spec = [(0, new - old) for old, new in zip(array.shape, shape)]
             return vizier_types.PaddedArray(
