@@ -191,9 +191,9 @@ def test_gp_ucb_pes_joins_in_numpy_give_vizier_s_values_and_compile_nothing_per_
 @pytest.mark.slow
 def test_padded_features_give_the_same_picks_and_a_second_space_reuses_the_first_s_gp_executables(
         caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Padding the feature axis changes no pick (padded features are masked out of the kernel), and a space
-    whose encoding has two more features than the first's compiles none of the GP's executables again: the
-    second branch of a sweep no longer traces and compiles its own (about 4 s of its first ask)."""
+    """Padding the feature axis changes no pick (padded features are masked out of the kernel), and a study
+    whose encoding has two more features than the first's compiles none of the GP's executables again (without
+    the padding it compiles its own, over 20)."""
     import logging
     import random
 

@@ -19,9 +19,9 @@ TRIAL_PAD_FLOOR = 64  # completed + pending trials are padded to this many at le
 #                       first 64 trials instead of one per power of two (a new shape costs 5-8 s of tracing in
 #                       each of the next asks; bench/results/asks.log: 35 s for 14 asks at 64, 49 s at 32)
 
-FEATURE_PAD_FLOOR = 8  # and the feature axis to the next power of two, at least this: branches and spaces whose
-#                        encodings differ by a few features share one set of GP executables (a sweep's second
-#                        designer traced and compiled its own, about 4 s of its first ask; test_private_names.py)
+FEATURE_PAD_FLOOR = 8  # and the feature axis to the next power of two, at least this: spaces whose encodings
+#                        differ by a few features share the GP's executables (a second such study compiled its
+#                        own, over 20; none with the padding: tests/test_private_names.py)
 _DESIGNERS: tuple[type, type, type] | None = None
 _PADDING: dict[bool, type] | None = None
 
@@ -42,12 +42,16 @@ def reseed(designer: Any, key: Any) -> None:
 
 def padded_trials(count: int) -> int:
     """How many trials an axis of ``count`` is padded to: the next power of two, at least TRIAL_PAD_FLOOR."""
-    return max(TRIAL_PAD_FLOOR, 1 << max(0, count - 1).bit_length())
+    return _power_of_two_at_least(count, TRIAL_PAD_FLOOR)
 
 
 def padded_features(count: int) -> int:
     """How many features an axis of ``count`` is padded to (padded features are masked out of the GP's kernel)."""
-    return max(FEATURE_PAD_FLOOR, 1 << max(0, count - 1).bit_length())
+    return _power_of_two_at_least(count, FEATURE_PAD_FLOOR)
+
+
+def _power_of_two_at_least(count: int, floor: int) -> int:
+    return max(floor, 1 << max(0, count - 1).bit_length())
 
 
 def numpy_padding(padding: Any, pad_trials: bool) -> Any:
