@@ -437,12 +437,16 @@ def test_a_worker_that_frees_up_starts_a_replay_before_its_batch_has_finished() 
     from spica_core.evaluate import EvalPool
 
     class Timed(EvalPool):
-        """The real pool, noting when each evaluation was sent and when its outcome came back."""
+        """The real pool, noting when each evaluation was sent and when its outcome came back. The first ask's
+        last outcome (ticket 2) is held back until ticket 3 is sent, or 60 s: the order is then no race between
+        the next ask and a fast replay. A loop with a barrier between asks would wait out the 60 s and fail."""
 
         def __init__(self) -> None:
             super().__init__(2, 120)
             self.sent: dict[int, float] = {}
             self.back: dict[int, float] = {}
+            self.held: list[tuple[int, Outcome]] = []
+            self.release_at = 0.0
 
         def submit(self, request: EvalRequest) -> int:
             ticket = super().submit(request)
@@ -451,8 +455,19 @@ def test_a_worker_that_frees_up_starts_a_replay_before_its_batch_has_finished() 
 
         def poll(self, timeout: float) -> list[tuple[int, Outcome]]:
             done = super().poll(timeout)
+            if any(ticket == 2 for ticket, _ in done):
+                self.held = [(t, o) for t, o in done if t == 2]
+                self.release_at = time.perf_counter() + 60
+                done = [(t, o) for t, o in done if t != 2]
+            if self.held and (3 in self.sent or time.perf_counter() > self.release_at):
+                done, self.held = done + self.held, []
+            elif self.held and not done:
+                time.sleep(min(timeout, 0.05))  # the real pool returns at once when it runs nothing
             self.back.update({ticket: time.perf_counter() for ticket, _ in done})
             return done
+
+        def in_flight(self) -> int:
+            return super().in_flight() + len(self.held)
 
     config = make(space={"agg_max_num_seqs": [256, 512]},
                   sweep={"candidates_per_round": 4, "max_rounds": 2, "algorithm": "QUASI_RANDOM_SEARCH",
@@ -464,6 +479,7 @@ def test_a_worker_that_frees_up_starts_a_replay_before_its_batch_has_finished() 
     # with a barrier between asks, no evaluation would start while one of an earlier ask still runs
     started_early = [b for b in pool.sent if any(ask[c] < ask[b] and pool.sent[b] < pool.back[c] for c in pool.sent)]
     assert started_early, (ask, pool.sent, pool.back)
+    assert ask[3] > ask[2] and pool.sent[3] < pool.back[2]  # sent when ticket 1's worker freed, not after the hold
 
 
 def test_tally_sums_replays_and_counts_each_asks_optimizer_time_once() -> None:
