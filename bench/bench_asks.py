@@ -11,6 +11,8 @@ variants can be compared in one run:
     python bench/bench_asks.py --restarts 4         # Vizier's four ARD restarts
     python bench/bench_asks.py --busy 2             # beside two busy processes, as beside two replay workers
     python bench/bench_asks.py --busy 2 --blas-threads 0   # the same with OpenBLAS's own thread count
+    python bench/bench_asks.py --space real --asks 3     # a study per branch of the one-hour case, in order:
+                                                         # what a second branch's first ask still compiles
 
 Each row also has the ask's CPU seconds (``cpu_s``): more than its wall time means threads that spin.
 """
@@ -37,7 +39,7 @@ import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 
 import spica_core.search.study as study_module  # noqa: E402
-from bench_search import SPACES, make_config, make_trace  # noqa: E402
+from bench_search import SPACES, make_config, make_trace, real_config  # noqa: E402
 from spica_core.search.suggesters import VizierSuggester  # noqa: E402
 from spica_core.space.branches import enumerate_branches  # noqa: E402
 
@@ -63,6 +65,8 @@ def main() -> None:
     ap.add_argument("--clear-every", type=int, default=study_module.CLEAR_CACHES_EVERY)
     ap.add_argument("--busy", type=int, default=0, help="CPU-bound processes running beside the asks")
     ap.add_argument("--blas-threads", type=int, default=1, help="Spica's limit is 1; 0 leaves OpenBLAS's own")
+    ap.add_argument("--space", choices=("dense-disagg", "dense", "real"), default="dense-disagg",
+                    help="dense-disagg: one study; dense, real: one study per branch of that space, in order")
     args = ap.parse_args()
     study_module.CLEAR_CACHES_EVERY = args.clear_every or 10**9
     if not args.blas_threads:
@@ -88,40 +92,43 @@ def main() -> None:
         events[event.rsplit("/", 1)[-1]] += 1
 
     jax.monitoring.register_event_duration_secs_listener(listen)
-    config = make_config(SPACES["dense"], make_trace("dense", 400))
-    branch = next(b for b in enumerate_branches(config).branches if b.mode == "disagg")
-    suggester = VizierSuggester(branch, [("objective", "max")], pareto=False, algorithm="DEFAULT", seed=1, budget=64)
-    study, pool = suggester.study, suggester.space.raws
-    for i in np.random.default_rng(0).choice(len(pool), 4, replace=False):
-        study.complete(pool[int(i)], {"objective": objective(pool[int(i)])})
-    proc, rows, pending = psutil.Process(), [], []
+    config = real_config() if args.space == "real" else make_config(SPACES["dense"], make_trace("dense", 400))
+    branches = [b for b in enumerate_branches(config).branches if args.space != "dense-disagg" or b.mode == "disagg"]
+    proc, rows = psutil.Process(), []
     stop = multiprocessing.Event()
     burners = [multiprocessing.Process(target=burn, args=(stop,), daemon=True) for _ in range(args.busy)]
     for b in burners:
         b.start()
-    for k in range(args.asks):
-        seconds.clear(), events.clear()
-        allowed = [True] * len(pool)
-        for p in pending:
-            allowed[p] = False
-        start, cpu = time.perf_counter(), time.process_time()
-        picks = study.suggest(args.count, 10 + k, pool, allowed, pending=[pool[p] for p in pending],
-                              exploit=k % 2 == 0)
-        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-        for p in pending:
-            study.complete(pool[p], {"objective": objective(pool[p])})
-        pending = picks
-        rows.append({"trials": len(study.trials), "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
-                     "compiles": events["backend_compile_duration"],
-                     "compile_s": round(seconds["backend_compile_duration"], 2),
-                     "trace_s": round(seconds["jaxpr_trace_duration"], 2),
-                     "rss_mb": round(proc.memory_info().rss / 2**20)})
-        print(json.dumps(rows[-1]), flush=True)
+    for branch in branches:
+        suggester = VizierSuggester(branch, [("objective", "max")], pareto=False, algorithm="DEFAULT", seed=1,
+                                    budget=64)
+        study, (_, pool), pending = suggester.study, suggester.pool(set(), 0), []
+        for i in np.random.default_rng(0).choice(len(pool), 4, replace=False):
+            study.complete(pool[int(i)], {"objective": objective(pool[int(i)])})
+        for k in range(args.asks):
+            seconds.clear(), events.clear()
+            allowed = [True] * len(pool)
+            for p in pending:
+                allowed[p] = False
+            start, cpu = time.perf_counter(), time.process_time()
+            picks = study.suggest(args.count, 10 + k, pool, allowed, pending=[pool[p] for p in pending],
+                                  exploit=k % 2 == 0)
+            wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+            for p in pending:
+                study.complete(pool[p], {"objective": objective(pool[p])})
+            pending = picks
+            rows.append({"branch": branch.mode, "pool": len(pool), "trials": len(study.trials),
+                         "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+                         "compiles": events["backend_compile_duration"],
+                         "compile_s": round(seconds["backend_compile_duration"], 2),
+                         "trace_s": round(seconds["jaxpr_trace_duration"], 2),
+                         "rss_mb": round(proc.memory_info().rss / 2**20)})
+            print(json.dumps(rows[-1]), flush=True)
     stop.set()
     for b in burners:
         b.join()
     steady = [r["wall_s"] for r in rows[1:]]
-    print(json.dumps({"restarts": args.restarts, "clear_every": args.clear_every, "count": args.count,
+    print(json.dumps({"space": args.space, "restarts": args.restarts, "clear_every": args.clear_every, "count": args.count,
                       "busy": args.busy, "blas_threads": args.blas_threads or "OpenBLAS default",
                       "median_ask_s": float(np.median(steady)), "rss_growth": rows[-1]["rss_mb"] / rows[1]["rss_mb"] - 1}))
 

@@ -269,14 +269,18 @@ def bench_small(name: str, space: dict[str, Any], trace: Path, pool: EvalPool, m
     return out
 
 
-def bench_real(pool: EvalPool) -> dict[str, Any]:
-    """The one-hour case's shape on the public Mooncake trace: Llama-3.1-70B on 16 × H200, agg + disagg,
-    6 rounds × 8 per branch (96 evaluations), default designer, real replays."""
-    config = SmartSearchConfig.from_dict({
+def real_config() -> SmartSearchConfig:
+    return SmartSearchConfig.from_dict({
         "search_space": REAL_SPACE, "workload": {"trace_path": str(MOONCAKE)},
         "goal": {"target": "goodput_per_gpu", "sla": REAL_SLA},
         "sweep": {"parallel_evals": WORKERS, "candidates_per_round": PER_ROUND, "max_rounds": 6,
                   "max_eval_seconds": 600}})
+
+
+def bench_real(pool: EvalPool) -> dict[str, Any]:
+    """The one-hour case's shape on the public Mooncake trace: Llama-3.1-70B on 16 × H200, agg + disagg,
+    6 rounds × 8 per branch (96 evaluations), default designer, real replays."""
+    config = real_config()
     branches = enumerate_branches(config).branches
     run = sweep(config, branches, MOONCAKE, pool)
     split = wall_split(run)

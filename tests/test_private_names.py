@@ -47,13 +47,13 @@ def test_numpy_padding_builds_the_padded_array_vizier_builds(trials: int, padded
     from spica_core.search.vizier_private import FEATURE_PAD_FLOOR, TRIAL_PAD_FLOOR, numpy_padding
 
     _runtime()  # x64, as in a sweep
-    assert (TRIAL_PAD_FLOOR, FEATURE_PAD_FLOOR) == (64, 8)
+    assert (TRIAL_PAD_FLOOR, FEATURE_PAD_FLOOR) == (64, 16)
     features = np.random.default_rng(trials).random((trials, 3))
     categorical = np.arange(trials * 2).reshape(trials, 2)
     for array, fill in ((features, np.nan), (categorical, -1)):
         ours = numpy_padding(padding, pad_trials=True).pad_features(array)
-        theirs = vizier_types.PaddedArray.from_array(array, (padded_to, 8), fill_value=fill)
-        assert ours.shape == theirs.shape == (padded_to, 8)
+        theirs = vizier_types.PaddedArray.from_array(array, (padded_to, 16), fill_value=fill)
+        assert ours.shape == theirs.shape == (padded_to, 16)
         np.testing.assert_array_equal(np.asarray(ours.padded_array), np.asarray(theirs.padded_array))
         np.testing.assert_array_equal(np.asarray(ours.unpad()), array)
         assert [m.tolist() for m in ours.is_missing] == [m.tolist() for m in theirs.is_missing]
@@ -189,11 +189,12 @@ def test_gp_ucb_pes_joins_in_numpy_give_vizier_s_values_and_compile_nothing_per_
 
 
 @pytest.mark.slow
-def test_padded_features_give_the_same_picks_and_a_second_space_reuses_the_first_s_gp_executables(
+def test_padded_features_and_pools_give_the_same_picks_and_a_second_space_reuses_the_first_s_gp_executables(
         caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Padding the feature axis changes no pick (padded features are masked out of the kernel), and a study
-    whose encoding has two more features than the first's compiles none of the GP's executables again (without
-    the padding it compiles its own, over 20)."""
+    """Padding the feature axis and the scored pool's rows changes no pick (padded features are masked out of the
+    kernel, padded rows' scores are dropped), and a study whose encoding has two more features and whose pool has
+    more candidates than the first's compiles none of the GP's executables again (unpadded it compiles its own,
+    over 20)."""
     import logging
     import random
 
@@ -203,13 +204,13 @@ def test_padded_features_give_the_same_picks_and_a_second_space_reuses_the_first
 
     rt = _runtime()
 
-    def study_and_pool(floats: int) -> tuple[Study, list[dict[str, Any]]]:
+    def study_and_pool(floats: int) -> tuple[Study, list[dict[str, Any]]]:  # 40, then 70 candidates
         params = [Param("size", "discrete", (1, 2, 4, 8), log_scale=True, is_int=True, default=4),
                   Param("backend", "categorical", ("vllm", "sglang"), default="vllm")]
         params += [Param(f"r{i}", "float", bounds=(0.25, 1.0), default=1.0) for i in range(floats)]
         rnd = random.Random(floats)
         pool = [{"size": rnd.choice((1, 2, 4, 8)), "backend": rnd.choice(("vllm", "sglang")),
-                 **{f"r{i}": rnd.choice((0.25, 0.5, 1.0)) for i in range(floats)}} for _ in range(40)]
+                 **{f"r{i}": rnd.choice((0.25, 0.5, 1.0)) for i in range(floats)}} for _ in range(25 + 15 * floats)]
         study = Study(params, seed=floats)
         for k, raw in enumerate(pool[:6]):
             study.complete(raw, {"objective": float(k % 3) - raw["r0"] + 0.1 * raw["size"]})
@@ -230,6 +231,7 @@ def test_padded_features_give_the_same_picks_and_a_second_space_reuses_the_first
     again, recompiled = ask(3)
     assert len(compiled) > 20 and recompiled == []
     monkeypatch.setattr(vizier_private, "padded_features", lambda count: count)
+    monkeypatch.setattr(vizier_private, "padded_pool", lambda count: count)
     rt.jax.clear_caches()
     unpadded_first, _ = ask(1)
     unpadded_again, recompiled = ask(3)

@@ -33,7 +33,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from spica_core.search.vizier_private import (
-    designer_classes, finite_designers, numpy_padding, padded_trials, reseed,
+    designer_classes, finite_designers, numpy_padding, padded_trials, pool_features, reseed,
 )
 from spica_core.space.params import Param
 
@@ -455,7 +455,7 @@ class _Pool:
     def for_converter(self, converter: Any) -> Any:
         key = id(converter)
         if key not in self.designer_features:
-            self.designer_features[key] = converter.to_features(self.trials)
+            self.designer_features[key] = pool_features(converter.to_features(self.trials))
         return self.designer_features[key]
 
 

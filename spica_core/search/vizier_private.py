@@ -19,9 +19,15 @@ TRIAL_PAD_FLOOR = 64  # completed + pending trials are padded to this many at le
 #                       first 64 trials instead of one per power of two (a new shape costs 5-8 s of tracing in
 #                       each of the next asks; bench/results/asks.log: 35 s for 14 asks at 64, 49 s at 32)
 
-FEATURE_PAD_FLOOR = 8  # and the feature axis to the next power of two, at least this: spaces whose encodings
-#                        differ by a few features share the GP's executables (a second such study compiled its
-#                        own, over 20; none with the padding: tests/test_private_names.py)
+FEATURE_PAD_FLOOR = 16  # and the feature axis to the next power of two, at least this: spaces whose encodings
+#                         differ by a few features share the GP's executables (a second such study compiled its
+#                         own, over 20; none with the padding: tests/test_private_names.py). At 8 the one-hour
+#                         case's agg (7 features) and disagg (10) branches still had a shape each: disagg's first
+#                         ask took 5.4 s after agg's, 2.6 s at 16; steady asks unchanged (bench/results/asks.log)
+POOL_PAD_FLOOR = 1024  # a scored pool's rows are padded to the next power of two, at least this: pools up to
+#                        1024 candidates (and suggesters.MAX_POOL's 4096) score with at most three acquisition
+#                        executables, not one per power of two (dense's disagg branch, 568 candidates, after agg's
+#                        120: first ask 2.65 s unpadded, 1.42 s padded; bench/results/asks.log, --space dense)
 _DESIGNERS: tuple[type, type, type] | None = None
 _PADDING: dict[bool, type] | None = None
 
@@ -48,6 +54,28 @@ def padded_trials(count: int) -> int:
 def padded_features(count: int) -> int:
     """How many features an axis of ``count`` is padded to (padded features are masked out of the GP's kernel)."""
     return _power_of_two_at_least(count, FEATURE_PAD_FLOOR)
+
+
+def padded_pool(count: int) -> int:
+    """How many rows a scored pool of ``count`` candidates is padded to (padded rows' scores are dropped)."""
+    return _power_of_two_at_least(count, POOL_PAD_FLOOR)
+
+
+def pool_features(features: Any) -> Any:
+    """A pool's features (a Vizier ``ModelInput`` of padded arrays) with the rows padded to :func:`padded_pool`."""
+    import numpy as np
+    from vizier._src.jax import types as vizier_types
+
+    def rows(array: Any) -> Any:
+        values = unpadded(array)
+        shape = np.asarray(array.padded_array).shape
+        spec = [(0, padded_pool(values.shape[0]) - values.shape[0]), (0, shape[1] - values.shape[1])]
+        return vizier_types.PaddedArray(
+            padded_array=np.pad(values, spec, constant_values=array.fill_value), fill_value=array.fill_value,
+            _original_shape=np.asarray(values.shape), _mask=np.pad(np.ones(values.shape, dtype=bool), spec),
+            _nopadding_done=False)
+
+    return vizier_types.ModelInput(continuous=rows(features.continuous), categorical=rows(features.categorical))
 
 
 def _power_of_two_at_least(count: int, floor: int) -> int:
@@ -242,5 +270,5 @@ def missing() -> list[str]:
     return [f"{name} is gone from the installed Vizier (Spica is tested with {PINNED})" for name in out]
 
 
-__all__ = ["PINNED", "TRIAL_PAD_FLOOR", "designer_classes", "finite_designers", "missing", "padded_trials", "reseed",
-           "numpy_padding"]
+__all__ = ["PINNED", "POOL_PAD_FLOOR", "TRIAL_PAD_FLOOR", "designer_classes", "finite_designers", "missing",
+           "padded_pool", "padded_trials", "pool_features", "reseed", "numpy_padding"]
