@@ -503,6 +503,17 @@ def default_quality() -> None:
             bench_space(name, space, trace, [0, 1, 2, 3, 4], [32, 64], pool, algorithms=("DEFAULT",))
 
 
+def ready_as_the_cli_is(pool: EvalPool) -> None:
+    """Start the workers and import jax and Vizier before the timed sweeps: `spica sweep` does both before its
+    search stage (the flow spawns the workers early, the CLI imports while Prefect's server starts), and their
+    cost is in the command-to-first-replay figure (bench_startup.py), not in a sweep's share. A process's first
+    GP ask still traces Vizier's GP inside the first timed sweep."""
+    from spica_core.search.study import warm_up
+
+    pool.start()
+    warm_up()
+
+
 def live_only() -> None:
     """The timed part of the benchmark, in one run: every ratio below is measured within it."""
     started = time.perf_counter()
@@ -510,6 +521,7 @@ def live_only() -> None:
     trace = make_trace("shared_prefix_3000", 3000)
     out: dict[str, Any] = {"date": date.today().isoformat(), "command": "python bench/bench_search.py --live"}
     with EvalPool(WORKERS, max_eval_seconds=300) as pool:
+        ready_as_the_cli_is(pool)
         for name, space in SPACES.items():
             branches = enumerate_branches(make_config(space, trace)).branches
             run = sweep(make_config(space, trace, max_rounds=rounds_for(64, len(branches))), branches, trace, pool)

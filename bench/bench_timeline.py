@@ -89,6 +89,7 @@ def main() -> None:
     ap.add_argument("case", nargs="?", default="real", choices=("real", *bs.SPACES))
     args = ap.parse_args()
     with EvalPool(bs.WORKERS, max_eval_seconds=600) as pool:
+        bs.ready_as_the_cli_is(pool)
         timeline = Timeline(pool)
         instrument(timeline)
         if args.case == "real":

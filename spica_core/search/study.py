@@ -33,7 +33,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from spica_core.search.vizier_private import (
-    designer_classes, finite_designers, numpy_padding, padded_trials, pool_features, reseed,
+    designer_classes, finite_designers, numpy_padding, padded_trials, pool_features, reseed, unpadded,
 )
 from spica_core.space.params import Param
 
@@ -359,9 +359,11 @@ class Study:
         return self._pool
 
     def _converter(self) -> Any:
-        if self._unpadded_converter is None:
-            self._unpadded_converter = _runtime().converters.TrialToModelInputConverter.from_problem(
-                self.problem, scale=True, max_discrete_indices=0, flip_sign_for_minimization_metrics=True)
+        if self._unpadded_converter is None:  # its arrays are read unpadded (numpy padding: no jax op per shape)
+            rt = _runtime()
+            self._unpadded_converter = rt.converters.TrialToModelInputConverter.from_problem(
+                self.problem, scale=True, max_discrete_indices=0, flip_sign_for_minimization_metrics=True,
+                padding_schedule=numpy_padding(rt.padding, pad_trials=False))
         return self._unpadded_converter
 
     def _model_suggest(self, choice: _Choice, count: int, step: int, pending: Sequence[dict[str, Any]],
@@ -424,7 +426,7 @@ class Study:
         if count > len(targets):
             points = [rt.vz.Trial(parameters=s.parameters) for s in halton.suggest(count - len(targets))]
             features = self._converter().to_features(points)
-            targets += zip(np.asarray(features.continuous.unpad()), np.asarray(features.categorical.unpad()))
+            targets += zip(unpadded(features.continuous), unpadded(features.categorical))
         for continuous, categorical in targets[:count]:
             nearest = choice.nearest(continuous, categorical)
             if nearest is None:
@@ -441,16 +443,16 @@ class _Pool:
 
     raws: Sequence[dict[str, Any]]
     trials: list[Any]
-    features: Any                                       # unpadded vizier ModelInput
+    features: Any                                       # vizier ModelInput, read through unpadded()
     designer_features: dict[int, Any] = field(default_factory=dict)   # per designer converter
 
     @property
     def continuous(self) -> np.ndarray:
-        return np.asarray(self.features.continuous.unpad())
+        return unpadded(self.features.continuous)
 
     @property
     def categorical(self) -> np.ndarray:
-        return np.asarray(self.features.categorical.unpad())
+        return unpadded(self.features.categorical)
 
     def for_converter(self, converter: Any) -> Any:
         key = id(converter)
