@@ -465,6 +465,7 @@ def main() -> None:
         "spaces": {}}
     recorded: dict[str, dict[str, Outcome]] = {}
     with EvalPool(WORKERS, max_eval_seconds=300) as pool:
+        ready_as_the_cli_is(pool)
         for name, space in SPACES.items():
             results["spaces"][name], recorded[name] = bench_space(name, space, trace, seeds, budgets, pool)
         results["small"] = {
