@@ -63,19 +63,28 @@ def padded_pool(count: int) -> int:
 
 def pool_features(features: Any) -> Any:
     """A pool's features (a Vizier ``ModelInput`` of padded arrays) with the rows padded to :func:`padded_pool`."""
-    import numpy as np
     from vizier._src.jax import types as vizier_types
 
     def rows(array: Any) -> Any:
         values = unpadded(array)
-        shape = np.asarray(array.padded_array).shape
-        spec = [(0, padded_pool(values.shape[0]) - values.shape[0]), (0, shape[1] - values.shape[1])]
-        return vizier_types.PaddedArray(
-            padded_array=np.pad(values, spec, constant_values=array.fill_value), fill_value=array.fill_value,
-            _original_shape=np.asarray(values.shape), _mask=np.pad(np.ones(values.shape, dtype=bool), spec),
-            _nopadding_done=False)
+        return padded_array(values, (padded_pool(values.shape[0]), array.shape[1]), array.fill_value)
 
     return vizier_types.ModelInput(continuous=rows(features.continuous), categorical=rows(features.categorical))
+
+
+def padded_array(values: Any, shape: Sequence[int], fill: Any) -> Any:
+    """``values`` padded with ``fill`` to ``shape`` as Vizier's ``PaddedArray`` (its mask marks the real entries),
+    built in numpy."""
+    import numpy as np
+    from vizier._src.jax import types as vizier_types
+
+    values = np.asarray(values)
+    spec = [(0, new - old) for old, new in zip(values.shape, shape)]
+    return vizier_types.PaddedArray(
+        padded_array=np.pad(values, spec, constant_values=fill), fill_value=fill,
+        _original_shape=np.asarray(values.shape),
+        _mask=np.pad(np.ones(values.shape, dtype=bool), spec, constant_values=False),
+        _nopadding_done=tuple(shape) == values.shape)
 
 
 def _power_of_two_at_least(count: int, floor: int) -> int:
@@ -93,7 +102,6 @@ def numpy_padding(padding: Any, pad_trials: bool) -> Any:
     if _PADDING is not None:
         return _PADDING[pad_trials]()
     import numpy as np
-    from vizier._src.jax import types as vizier_types
 
     class NumpyPadding(padding.PaddingSchedule):
         pads_trials = False
@@ -112,13 +120,7 @@ def numpy_padding(padding: Any, pad_trials: bool) -> Any:
                 shape[-2] = padded_trials(shape[-2])
             if pad_features and len(shape) >= 2 and shape[-1] > 0:
                 shape[-1] = padded_features(shape[-1])
-            fill = -1 if np.issubdtype(array.dtype, np.integer) else np.nan
-            spec = [(0, new - old) for old, new in zip(array.shape, shape)]
-            return vizier_types.PaddedArray(
-                padded_array=np.pad(array, spec, constant_values=fill), fill_value=fill,
-                _original_shape=np.asarray(array.shape),
-                _mask=np.pad(np.ones(array.shape, dtype=bool), spec, constant_values=False),
-                _nopadding_done=tuple(shape) == array.shape)
+            return padded_array(array, shape, -1 if np.issubdtype(array.dtype, np.integer) else np.nan)
 
     class NumpyTrialPadding(NumpyPadding):
         pads_trials = True
@@ -271,4 +273,4 @@ def missing() -> list[str]:
 
 
 __all__ = ["PINNED", "POOL_PAD_FLOOR", "TRIAL_PAD_FLOOR", "designer_classes", "finite_designers", "missing",
-           "padded_pool", "padded_trials", "pool_features", "reseed", "numpy_padding"]
+           "padded_array", "padded_pool", "padded_trials", "pool_features", "reseed", "numpy_padding"]
