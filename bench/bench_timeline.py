@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/bench_timeline.py            # the real-trace case of bench_search.py (~80 s)
     .venv/bin/python bench/bench_timeline.py dense      # or one of its generated-trace spaces (dense, moe)
+    .venv/bin/python bench/bench_timeline.py dense --runs 2   # twice in one process: the second run is warm
 
 The share of bench_search.py counts idle time only as a total; this shows which asks (a branch's first, a
 cache clear, a long ARD fit) leave the workers without work.
@@ -61,13 +62,15 @@ class Timeline(bs.Recorder):
         return bins
 
 
-def instrument(timeline: Timeline) -> None:
-    """Wrap Study.suggest (wall, CPU) and scipy's minimize (the ARD fits' loss evaluations)."""
+def instrument(current: list[Timeline]) -> None:
+    """Wrap Study.suggest (wall, CPU) and scipy's minimize (the ARD fits' loss evaluations), once; they record
+    into ``current[0]``, the run's timeline."""
     import scipy.optimize
 
     suggest, minimize = study_module.Study.suggest, scipy.optimize.minimize
 
     def timed_suggest(self: Any, count: int, *args: Any, **kwargs: Any) -> list[int]:
+        timeline = current[0]
         started, cpu, evals = timeline.now(), time.process_time(), timeline.loss_evals
         picks = suggest(self, count, *args, **kwargs)
         timeline.asks.append({"start_s": round(started, 2), "wall_s": round(timeline.now() - started, 2),
@@ -77,7 +80,7 @@ def instrument(timeline: Timeline) -> None:
 
     def counted_minimize(*args: Any, **kwargs: Any) -> Any:
         result = minimize(*args, **kwargs)
-        timeline.loss_evals += int(result.nfev)
+        current[0].loss_evals += int(result.nfev)
         return result
 
     study_module.Study.suggest = timed_suggest  # type: ignore[method-assign]
@@ -87,23 +90,31 @@ def instrument(timeline: Timeline) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("case", nargs="?", default="real", choices=("real", *bs.SPACES))
+    ap.add_argument("--runs", type=int, default=1, help="the case this many times in one process (later ones warm)")
     args = ap.parse_args()
     with EvalPool(bs.WORKERS, max_eval_seconds=600) as pool:
         bs.ready_as_the_cli_is(pool)
-        timeline = Timeline(pool)
-        instrument(timeline)
-        if args.case == "real":
-            split = bs.bench_real(timeline)  # type: ignore[arg-type]
-        else:
-            trace = bs.make_trace("shared_prefix_3000", 3000)
-            space = bs.SPACES[args.case]
-            branches = bs.enumerate_branches(bs.make_config(space, trace)).branches
-            config = bs.make_config(space, trace, max_rounds=bs.rounds_for(64, len(branches)))
-            split = bs.wall_split(bs.sweep(config, branches, trace, timeline))  # type: ignore[arg-type]
+        current: list[Timeline] = []
+        instrument(current)
+        for run in range(args.runs):
+            timeline = Timeline(pool)
+            current[:] = [timeline]
+            if args.case == "real":
+                split = bs.bench_real(timeline)  # type: ignore[arg-type]
+            else:
+                trace = bs.make_trace("shared_prefix_3000", 3000)
+                space = bs.SPACES[args.case]
+                branches = bs.enumerate_branches(bs.make_config(space, trace)).branches
+                config = bs.make_config(space, trace, max_rounds=bs.rounds_for(64, len(branches)))
+                split = bs.wall_split(bs.sweep(config, branches, trace, timeline))  # type: ignore[arg-type]
+            report(args.case, run, split, timeline)
+
+
+def report(case: str, run: int, split: dict[str, Any], timeline: Timeline) -> None:
     end = timeline.now()
     bins = timeline.idle_by_bin(end)
-    print(f"# {args.case}: wall {split['wall_s']:.1f} s, "
-          f"share {split['outside_replay_ratio']:.2f}, "
+    print(f"# {case} (run {run + 1} of the process): wall {split['wall_s']:.1f} s, "
+          f"share {split['outside_replay_ratio']:.2f}, best {split['best']:.1f}, methods {split['methods']}, "
           f"idle worker-s {sum(bins.values()):.1f} of {timeline.workers * end:.0f}")
     print("# idle worker-s per 5 s bin:", {int(k * BIN_S): round(v, 1) for k, v in bins.items() if v >= 0.5})
     for ask in timeline.asks:
