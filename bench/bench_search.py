@@ -54,7 +54,7 @@ from spica_core.config.model import SmartSearchConfig  # noqa: E402
 from spica_core.evaluate import EvalPool, EvalRequest, Outcome, SequentialEvaluator  # noqa: E402
 from examples.make_traces import write_poisson_trace  # noqa: E402
 from spica_core.search import (  # noqa: E402
-    EvalCache, SearchContext, Tally, Trial, search_branch, thorough_proposals,
+    EvalCache, SearchContext, Tally, Trial, search_branches, thorough_proposals,
 )
 from spica_core.space.branches import Branch, enumerate_branches  # noqa: E402
 
@@ -183,14 +183,11 @@ class SweepRun:
 
 def sweep(config: SmartSearchConfig, branches: Sequence[Branch], trace: Path, evaluator: Any,
           on_result: Any = None) -> SweepRun:
-    """The flow's search stage without Prefect: every branch, in order, to its end."""
+    """The flow's search stage without Prefect: the branches side by side, each to its end."""
     context = SearchContext(config, str(trace), None)
-    trials: list[Trial] = []
-    cache = EvalCache()
     started = time.perf_counter()
-    for branch in branches:
-        trials += search_branch(branch, context, evaluator, cache, trials, on_result).trials
-    return SweepRun(trials, time.perf_counter() - started)
+    results = search_branches(branches, context, evaluator, EvalCache(), (), on_result)
+    return SweepRun([t for r in results for t in r.trials], time.perf_counter() - started)
 
 
 def rounds_for(budget: int, branches: int) -> int:

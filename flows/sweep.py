@@ -12,7 +12,7 @@ from spica_core.run.catalog import StageName
 from spica_core.search import EvalCache, SearchContext, SweepProgress, SweepSummary, Tally, Trial, round_plan
 from tasks.emit import emit_task
 from tasks.load_predictor import load_predictor_task
-from tasks.search import branch_task, rank_task, stored_trials
+from tasks.search import rank_task, search_task, stored_trials
 from tasks.space import enumerate_branches_task, kv_filter_task
 from tasks.stage import one_line
 from tasks.ui import UIProgress, publish_summary
@@ -80,11 +80,8 @@ def _search_and_rank(run: ValidatedRun, show_progress: bool) -> SweepSummary:
             progress(trial)
             ui(trial)
 
-        stalls: list[str] = []
-        for branch in branch_set.branches:
-            result = branch_task(run, branch, context, evaluator, cache, on_result, progress.tick)
-            if result.stalled:
-                stalls.append(result.message)
+        results = search_task(run, branch_set.branches, context, evaluator, cache, on_result, progress.tick)
+        stalls = [r.message for r in results if r.stalled]
     progress.draw(final=True)
     ui.update()
     ranking = rank_task(run, context)

@@ -1,18 +1,18 @@
-"""Stages 5–6: the search of one branch (``trials.parquet``) and rank / Pareto (``ranking.parquet``).
+"""Stages 5–6: the search of the branches (``trials.parquet``) and rank / Pareto (``ranking.parquet``).
 
-The branch loop itself decides what to ask and when it is done (``spica_core.search.search_branch``);
+The search loop itself decides what each branch asks and when it is done (``spica_core.search.search_branches``);
 these tasks only read the run folder, call it, append what it evaluated and publish UI tables.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 from prefect.runtime import task_run
 
 from spica_core.evaluate import Evaluator
 from spica_core.run.catalog import CATALOG, RunDir
 from spica_core.store import file_fingerprint
-from spica_core.search import BranchResult, EvalCache, RankedCandidate, SearchContext, Trial, rank_trials, search_branch
+from spica_core.search import BranchResult, EvalCache, RankedCandidate, SearchContext, Trial, rank_trials, search_branches
 from spica_core.space.branches import Branch
 
 from tasks.stage import stage
@@ -31,16 +31,17 @@ def stored_trials(rd: RunDir, context: SearchContext) -> list[Trial]:
     return [Trial.from_row(r) for r in rd.rows("trials")]
 
 
-def _branch_name() -> str:
-    return f"search {task_run.parameters['branch'].mode}"
+def _search_name() -> str:
+    return "search " + " + ".join(b.mode for b in task_run.parameters["branches"])
 
 
-@stage("search branch", task_run_name=_branch_name, retries=1)
-def branch_task(run: ValidatedRun, branch: Branch, context: SearchContext, evaluator: Evaluator, cache: EvalCache,
-                on_result: Callable[[Trial], None] | None = None,
-                on_wait: Callable[[], None] | None = None) -> BranchResult:
-    """Ask → evaluate (parallel, overlapping) → observe, to the branch's end; every trial is appended to
-    trials.parquet as soon as it finishes, so an interrupted branch resumes without repeating evaluations."""
+@stage("search", task_run_name=_search_name, retries=1)
+def search_task(run: ValidatedRun, branches: Sequence[Branch], context: SearchContext, evaluator: Evaluator,
+                cache: EvalCache, on_result: Callable[[Trial], None] | None = None,
+                on_wait: Callable[[], None] | None = None) -> list[BranchResult]:
+    """Ask → evaluate (parallel, overlapping) → observe, every branch to its end, the branches side by side
+    on one pool of workers; every trial is appended to trials.parquet as soon as it finishes, so an
+    interrupted search resumes without repeating evaluations."""
     rd = run.run_dir
     inputs = trials_fingerprint(context)
     if rd.has("trials") and not rd.fresh("trials", inputs):
@@ -51,11 +52,12 @@ def branch_task(run: ValidatedRun, branch: Branch, context: SearchContext, evalu
         if on_result is not None:
             on_result(trial)
 
-    result = search_branch(branch, context, evaluator, cache, stored_trials(rd, context), record, on_wait)
-    publish_branch(run.identity.run_id, run.search_config, branch.mode, result.trials, stored_trials(rd, context))
-    if result.message:
-        print(result.message)
-    return result
+    def ended(branch: Branch, result: BranchResult) -> None:
+        publish_branch(run.identity.run_id, run.search_config, branch.mode, result.trials, stored_trials(rd, context))
+        if result.message:
+            print(result.message)
+
+    return search_branches(branches, context, evaluator, cache, stored_trials(rd, context), record, on_wait, ended)
 
 
 @stage("rank / pareto", retries=2)

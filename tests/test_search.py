@@ -308,8 +308,8 @@ def test_a_pending_candidate_is_never_suggested_again() -> None:
         assert len({p.index for p in picks}) == 8
 
 
-def test_branch_task_resumes_a_finished_branch_without_replaying(tmp_path: Path) -> None:
-    from tasks.search import branch_task
+def test_search_task_resumes_a_finished_branch_without_replaying(tmp_path: Path) -> None:
+    from tasks.search import search_task
     from tasks.validate import ValidatedRun
     from spica_core.config.policies import filter_for_goal
     from spica_core.run.identity import identify
@@ -321,10 +321,10 @@ def test_branch_task_resumes_a_finished_branch_without_replaying(tmp_path: Path)
     branch = branch_of(config)
     context = SearchContext(config, None, None)
     first_eval = CountingEvaluator()
-    first = branch_task.fn(run, branch, context, first_eval, EvalCache())
+    first, = search_task.fn(run, [branch], context, first_eval, EvalCache())
     assert len(first_eval.evaluated) == 2 and RunDir(tmp_path).has("trials")
     again_eval = CountingEvaluator()
-    again = branch_task.fn(run, branch, context, again_eval, EvalCache())
+    again, = search_task.fn(run, [branch], context, again_eval, EvalCache())
     assert again_eval.evaluated == [] and [t.params for t in again.trials] == [t.params for t in first.trials]
     stored = RunDir(tmp_path).rows("trials")
     assert len(stored) == len(first.trials) and {r["round"] for r in stored} == {0}
@@ -394,7 +394,7 @@ def test_a_resumed_sweep_suggests_exactly_what_the_uninterrupted_one_did(
     from spica_core.config.policies import filter_for_goal
     from spica_core.evaluate import EvalPool
     from spica_core.run.identity import identify
-    from tasks.search import branch_task
+    from tasks.search import search_task
     from tasks.validate import ValidatedRun
 
     keep_the_model_on(monkeypatch)
@@ -418,14 +418,14 @@ def test_a_resumed_sweep_suggests_exactly_what_the_uninterrupted_one_did(
             return super().submit(request)
 
     with CountingPool() as pool:
-        straight = branch_task.fn(run_in(tmp_path / "a"), branch, context, pool, EvalCache())
+        straight, = search_task.fn(run_in(tmp_path / "a"), [branch], context, pool, EvalCache())
         assert any(t.status is Status.infeasible for t in straight.trials)  # TP1 has no KV room at 30 %
         with pytest.raises(Crash):
-            branch_task.fn(run_in(tmp_path / "b"), branch, context, pool, EvalCache(), crash_after(5))
+            search_task.fn(run_in(tmp_path / "b"), [branch], context, pool, EvalCache(), crash_after(5))
     kept = [Trial.from_row(r) for r in RunDir(tmp_path / "b").rows("trials")]
     assert len(kept) == 5
     with CountingPool() as pool:  # a new process would start a new pool (the sweep's width is part of the asks)
-        resumed = branch_task.fn(run_in(tmp_path / "b"), branch, context, pool, EvalCache.of(kept))
+        resumed, = search_task.fn(run_in(tmp_path / "b"), [branch], context, pool, EvalCache.of(kept))
     assert [(t.trial, t.ask, t.round, t.params, t.status) for t in resumed.trials] == \
         [(t.trial, t.ask, t.round, t.params, t.status) for t in straight.trials]
     assert len(pool.evaluated) == len(straight.trials) - 5  # nothing written is evaluated again
@@ -493,3 +493,45 @@ def test_tally_sums_replays_and_counts_each_asks_optimizer_time_once() -> None:
 
     tally = Tally.of([trial(0, 0.5), trial(0, 0.25), trial(1, 1.0), trial(1, 1.0, hit=True)])
     assert (tally.optimizer_seconds, tally.replay_seconds) == (1.75, 1.75)
+
+
+def test_branches_searched_together_ask_what_each_asks_alone_and_share_the_workers() -> None:
+    """One branch's candidates replay while the other's wait for their outcomes (searched one after the other,
+    no disagg replay would start before agg's last one is back), and each branch's trials are the ones it
+    gets when searched alone: which trials a branch asks depends only on its own outcomes."""
+    from spica_core.evaluate import EvalPool
+    from spica_core.search import search_branches
+
+    class Timed(EvalPool):
+        def __init__(self) -> None:
+            super().__init__(2, 120)
+            self.sent: dict[int, tuple[str, float]] = {}
+            self.back: dict[int, float] = {}
+
+        def submit(self, request: EvalRequest) -> int:
+            ticket = super().submit(request)
+            self.sent[ticket] = (request.eval_id.split("-")[0], time.perf_counter())
+            return ticket
+
+        def poll(self, timeout: float) -> list[tuple[int, Outcome]]:
+            done = super().poll(timeout)
+            self.back.update({ticket: time.perf_counter() for ticket, _ in done})
+            return done
+
+    config = make(space={"deployment_mode": ["agg", "disagg"], "agg_max_num_seqs": [256, 512]},
+                  sweep={"candidates_per_round": 2, "max_rounds": 2, "algorithm": "QUASI_RANDOM_SEARCH",
+                         "parallel_evals": 2})
+    branches = [branch_of(config, "agg"), branch_of(config, "disagg")]
+    context = SearchContext(config, None, None)
+
+    def key(trials: Sequence[Trial]) -> list[tuple[Any, ...]]:
+        return [(t.mode, t.trial, t.ask, t.round, t.params, t.status) for t in trials]
+
+    with Timed() as pool:
+        together = search_branches(branches, context, pool, EvalCache())
+    with EvalPool(2, 120) as pool_alone:  # as wide: the workers are part of what is asked
+        alone = [search_branch(b, SearchContext(config, None, None), pool_alone, EvalCache()) for b in branches]
+    assert [key(r.trials) for r in together] == [key(r.trials) for r in alone]
+    assert [len(r.trials) for r in together] == [4, 4]
+    last_agg_back = max(pool.back[t] for t, (mode, _) in pool.sent.items() if mode == "agg")
+    assert any(mode == "disagg" and sent < last_agg_back for mode, sent in pool.sent.values()), pool.sent

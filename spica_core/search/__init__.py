@@ -6,7 +6,7 @@ from spica_core.search.progress import SweepProgress
 from spica_core.search.ranking import RankedCandidate, Scored, dominates, pareto_front, rank, rank_trials
 from spica_core.search.rounds import (
     Batch, BranchResult, BranchSearch, SearchContext, cache_key, finite_or_infeasible, round_plan, search_branch,
-    study_metrics,
+    search_branches, study_metrics,
 )
 from spica_core.search.study import Study, TrialRecord, derive_seed
 from spica_core.search.suggesters import (
@@ -22,6 +22,6 @@ __all__ = [
     "Study", "Suggester", "SweepProgress", "SweepSummary", "Tally", "ThoroughSuggester", "Trial", "TrialRecord",
     "VizierSuggester", "cache_key",
     "derive_seed", "dominates", "finite_or_infeasible", "pareto_front", "rank", "rank_trials", "round_plan",
-    "search_branch", "study_metrics", "thorough_proposals", "thorough_size", "WARM_TOP", "WarmStart", "latest_run",
+    "search_branch", "search_branches", "study_metrics", "thorough_proposals", "thorough_size", "WARM_TOP", "WarmStart", "latest_run",
     "load_warm_start", "reason_class",
 ]

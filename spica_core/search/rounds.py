@@ -1,17 +1,21 @@
-"""The search loop of one branch (reference §6.2–§6.6, §7.4–§7.5), free of any orchestration.
+"""The search loop of the branches (reference §6.2–§6.6, §7.4–§7.5), free of any orchestration.
 
-The loop asks its suggester for batches of proposals while the workers replay the ones before,
+Each branch asks its suggester for batches of proposals while the workers replay the ones before,
 answers repeats from the in-run cache and records every attempt as a :class:`Trial` the moment it
-finishes. The trials table is the source of truth: a branch that already finished is read back,
-never re-evaluated, and an interrupted one continues exactly where it stopped (``BranchSearch``).
+finishes. The branches of a sweep are searched together (``search_branches``): one pool of workers
+takes their queued candidates in the order they were picked, so one branch's replays keep the
+workers busy while another waits for its first outcomes or its model. The trials table is the source
+of truth: a branch that already finished is read back, never re-evaluated, and an interrupted one
+continues exactly where it stopped (``BranchSearch``).
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Final
@@ -160,6 +164,20 @@ class Batch:
 
 WAIT: Final = "wait"  # the next ask needs outcomes that are still being evaluated
 ASK_POLL_S: Final = 0.05  # while an ask runs: how often the loop looks whether it is done
+# One model ask at a time in a process: jax's caches and the BLAS thread limit are process-wide, and two asks
+# would only share one GIL (each would end later than it does alone). Its time is counted from the lock.
+MODEL_ASK: Final = threading.Lock()
+
+
+@dataclass(frozen=True)
+class _Queued:
+    """A picked proposal on its way to a worker; ``order`` is when it was picked, across the branches."""
+
+    order: int
+    trial: int
+    proposal: Proposal
+    round: int
+    batch: Batch
 
 
 @dataclass(frozen=True)
@@ -194,8 +212,10 @@ class _Running:
         a = self.ask
         started = time.perf_counter()
         try:
-            self.proposals = suggester.suggest(len(a.rounds), a.known, a.pending, step=a.number, costs=a.costs,
-                                               exploit=a.exploit)
+            with MODEL_ASK if suggester.fits_model else contextlib.nullcontext():
+                started = time.perf_counter()
+                self.proposals = suggester.suggest(len(a.rounds), a.known, a.pending, step=a.number,
+                                                   costs=a.costs, exploit=a.exploit)
         except BaseException as exc:  # noqa: BLE001 - raised again in the search loop's thread
             self.error = exc
         finally:
@@ -225,17 +245,20 @@ class BranchSearch:
     Rounds are quotas, not barriers: a proposal belongs to the earliest round whose unique successes,
     counting its pending trials as successes, are short of ``candidates_per_round``; a round whose
     attempts reach the cap (11 × per round) short of its target ends the branch (§6.5).
+
+    A branch does not run itself: :func:`search_branches` steps it (``plan``, ``dispatch``, ``record``)
+    beside the sweep's other branches, on one pool of workers.
     """
 
     def __init__(self, branch: Branch, context: SearchContext, evaluator: Evaluator, cache: EvalCache,
                  log: Sequence[Trial] = (), on_result: Callable[[Trial], None] | None = None,
-                 on_wait: Callable[[], None] | None = None):
+                 order: Iterator[int] | None = None):
         self.branch = branch
         self.context = context
         self.evaluator = evaluator
         self.cache = cache
         self.on_result = on_result
-        self.on_wait = on_wait
+        self.order = order if order is not None else itertools.count()  # shared by the sweep's branches
         self.suggester = context.suggester(branch)
         sweep = context.config.sweep
         self.per_round = sweep.per_round
@@ -244,65 +267,51 @@ class BranchSearch:
         self.done: dict[int, Trial] = {t.trial: t for t in log if t.mode == branch.mode}
         self.batches: list[Batch] = []
         self.enumerating = False
-        self.queue: list[tuple[int, Proposal, int, Batch]] = []       # picked, not started
-        self.running: dict[int, tuple[int, Proposal, int, Batch]] = {}  # ticket → what it evaluates
+        self.queue: list[_Queued] = []            # picked, not started
+        self.running: dict[int, _Queued] = {}     # ticket → what it evaluates
         self.result: BranchResult | None = None
         self.asking: _Running | None = None   # the ask on its thread
         self.exhausted = False                # an ask found nothing left to propose
 
-    # ------------------------------------------------------------ the loop
+    @property
+    def finished(self) -> bool:
+        return self.result is not None and not self.queue and not self.running
 
-    def run(self) -> BranchResult:
-        try:
-            return self._loop()
-        finally:
-            if self.asking is not None:  # left while an ask runs on its thread: a retry gets a study of its own
-                self.context.suggesters.pop(self.branch.mode, None)
+    def leave(self) -> None:
+        """The sweep stops stepping this branch: an ask still on its thread keeps its designer busy, so a retry
+        gets a study of its own."""
+        if self.asking is not None:
+            self.context.suggesters.pop(self.branch.mode, None)
 
-    def _loop(self) -> BranchResult:
-        while True:
-            self._dispatch()
-            if self.result is None:  # as soon as its inputs are in: the lag bounds how far ahead this asks
-                if self._plan():
-                    continue
-                if not self.running:
-                    if self.asking is None:
-                        raise RuntimeError("the search waits for outcomes that nothing is evaluating")
-                    self.asking.done.wait(POLL_S)  # in slices: the main thread's signal handlers run meanwhile
-                    continue
-            if self.result is not None and not self.queue and not self.running:
-                self.result.trials = [self.done[i] for i in sorted(self.done)]
-                return self.result
-            for ticket, outcome in self.evaluator.poll(ASK_POLL_S if self.asking is not None else POLL_S):
-                self._record(ticket, outcome)
-            if self.on_wait is not None:
-                self.on_wait()
+    def dispatch_head(self) -> bool:
+        """Answer the next queued proposal if it needs no replay, else send it to a free worker; False when
+        there is none or no worker is free."""
+        if not self.queue:
+            return False
+        q = self.queue[0]
+        p = q.proposal
+        key = cache_key(self.context.key, p.selection, p.parallel)
+        backend = p.selection.get("backend")
+        if backend not in self.branch.supported_backends.get(p.parallel, ()):
+            self.queue.pop(0)
+            self._add(self._trial(q, Status.unsupported, key,
+                                  reason=f"unsupported: {backend} cannot run {p.parallel.label()}"))
+        elif (hit := self.cache.get(key)) is not None:
+            self.queue.pop(0)
+            self._add(self._trial(q, Status.feasible, key, cache_hit=True, **_result_of(hit)))
+        elif self.evaluator.capacity() > 0:
+            self.queue.pop(0)
+            self.running[self.evaluator.submit(self.context.request(p, f"{self.branch.mode}-{q.trial}"))] = q
+        else:
+            return False
+        return True
 
-    def _dispatch(self) -> None:
-        """Answer what needs no replay at once; send the rest to free workers, in trial order."""
-        while self.queue:
-            t, p, round_no, batch = self.queue[0]
-            key = cache_key(self.context.key, p.selection, p.parallel)
-            backend = p.selection.get("backend")
-            if backend not in self.branch.supported_backends.get(p.parallel, ()):
-                self.queue.pop(0)
-                self._add(self._trial(t, p, round_no, batch, Status.unsupported, key,
-                                      reason=f"unsupported: {backend} cannot run {p.parallel.label()}"))
-            elif (hit := self.cache.get(key)) is not None:
-                self.queue.pop(0)
-                self._add(self._trial(t, p, round_no, batch, Status.feasible, key, cache_hit=True, **_result_of(hit)))
-            elif self.evaluator.capacity() > 0:
-                self.queue.pop(0)
-                ticket = self.evaluator.submit(self.context.request(p, f"{self.branch.mode}-{t}"))
-                self.running[ticket] = (t, p, round_no, batch)
-            else:
-                return
-
-    def _record(self, ticket: int, outcome: Outcome) -> None:
-        t, p, round_no, batch = self.running.pop(ticket)
+    def record(self, ticket: int, outcome: Outcome) -> None:
+        q = self.running.pop(ticket)
+        p = q.proposal
         outcome = finite_or_infeasible(self.context, outcome)
         timings = outcome.timings
-        trial = self._trial(t, p, round_no, batch, outcome.status, cache_key(self.context.key, p.selection, p.parallel),
+        trial = self._trial(q, outcome.status, cache_key(self.context.key, p.selection, p.parallel),
                             reason=outcome.reason, candidate=outcome.candidate, score=outcome.score,
                             objectives=outcome.objectives, metrics=outcome.metrics, bands=outcome.bands,
                             eval_seconds=float(timings.get("total_s", 0.0)) if timings else None,
@@ -316,16 +325,19 @@ class BranchSearch:
         if self.on_result is not None:
             self.on_result(trial)
 
-    def _trial(self, t: int, p: Proposal, round_no: int, batch: Batch, status: Status, key: str, **kw: Any) -> Trial:
-        return Trial(self.branch.mode, round_no, t, status, p.parallel, p.raw, p.selection, ask=batch.number,
-                     cache_key=key, projection=p.projection, suggest_seconds=batch.suggest_seconds,
+    def _trial(self, q: _Queued, status: Status, key: str, **kw: Any) -> Trial:
+        p = q.proposal
+        return Trial(self.branch.mode, q.round, q.trial, status, p.parallel, p.raw, p.selection, ask=q.batch.number,
+                     cache_key=key, projection=p.projection, suggest_seconds=q.batch.suggest_seconds,
                      suggested_by=p.suggested_by, **kw)
 
     # ------------------------------------------------------------ asking
 
-    def _plan(self) -> bool:
+    def plan(self) -> bool:
         """Pick the next batch, or end the branch; False while that needs outcomes still being evaluated or
         an ask still running (asks run on a thread, so the workers get their next candidates meanwhile)."""
+        if self.result is not None:
+            return False
         if self.asking is not None:
             if not self.asking.done.is_set():
                 return False
@@ -355,7 +367,7 @@ class BranchSearch:
         self.batches.append(batch)
         for t, p, round_no in zip(batch.indices, batch.proposals, batch.rounds):
             if t not in self.done:
-                self.queue.append((t, p, round_no, batch))
+                self.queue.append(_Queued(next(self.order), t, p, round_no, batch))
         return True
 
     def _known(self, upto: int) -> list[Trial] | None:
@@ -450,11 +462,60 @@ class BranchSearch:
         return BranchResult()
 
 
+def search_branches(branches: Sequence[Branch], context: SearchContext, evaluator: Evaluator, cache: EvalCache,
+                    log: Sequence[Trial] = (), on_result: Callable[[Trial], None] | None = None,
+                    on_wait: Callable[[], None] | None = None,
+                    on_branch: Callable[[Branch, BranchResult], None] | None = None) -> list[BranchResult]:
+    """Search the branches together to their ends, resuming from ``log`` (every trial of the run so far).
+
+    A free worker takes the queued candidate picked first, whichever branch picked it, so a branch waiting
+    for its first outcomes or for its model leaves the workers to the others. What each branch asks depends
+    only on its own trials (``BranchSearch``), so searching them together changes when trials finish, not
+    which. ``on_branch`` is told each branch's result as it ends; the results are returned in branch order.
+    """
+    order = itertools.count()
+    searches = [BranchSearch(b, context, evaluator, cache, log, on_result, order) for b in branches]
+    live = list(searches)
+    try:
+        while live:
+            while True:  # plan and dispatch until nothing moves without an outcome
+                planned = [s.plan() for s in live]
+                while (heads := [s for s in live if s.queue]) and \
+                        min(heads, key=lambda s: s.queue[0].order).dispatch_head():
+                    pass
+                if not any(planned):
+                    break
+            for s in [s for s in live if s.finished]:
+                assert s.result is not None
+                s.result.trials = [s.done[i] for i in sorted(s.done)]
+                live.remove(s)
+                if on_branch is not None:
+                    on_branch(s.branch, s.result)
+            if not live:
+                break
+            owners = {ticket: s for s in live for ticket in s.running}
+            if not owners:
+                asking = [s.asking for s in live if s.asking is not None]
+                if not asking:
+                    raise RuntimeError("the search waits for outcomes that nothing is evaluating")
+                asking[0].done.wait(POLL_S)  # in slices: the main thread's signal handlers run meanwhile
+                continue
+            timeout = ASK_POLL_S if any(s.asking is not None for s in live) else POLL_S
+            for ticket, outcome in evaluator.poll(timeout):
+                owners[ticket].record(ticket, outcome)
+            if on_wait is not None:
+                on_wait()
+    finally:
+        for s in live:
+            s.leave()
+    return [s.result for s in searches if s.result is not None]
+
+
 def search_branch(branch: Branch, context: SearchContext, evaluator: Evaluator, cache: EvalCache,
                   log: Sequence[Trial] = (), on_result: Callable[[Trial], None] | None = None,
                   on_wait: Callable[[], None] | None = None) -> BranchResult:
-    """Search one branch to its end, resuming from ``log`` (every trial of the run so far)."""
-    return BranchSearch(branch, context, evaluator, cache, log, on_result, on_wait).run()
+    """Search one branch to its end, resuming from ``log``."""
+    return search_branches([branch], context, evaluator, cache, log, on_result, on_wait)[0]
 
 
 def _result_of(trial: Trial) -> dict[str, Any]:
@@ -463,5 +524,6 @@ def _result_of(trial: Trial) -> dict[str, Any]:
             "metrics": dict(trial.metrics), "bands": dict(trial.bands)}
 
 
-__all__ = ["SearchContext", "Batch", "BranchResult", "BranchSearch", "search_branch", "round_plan", "cache_key",
+__all__ = ["SearchContext", "Batch", "BranchResult", "BranchSearch", "search_branch", "search_branches", "round_plan",
+           "cache_key",
            "study_metrics", "finite_or_infeasible"]
