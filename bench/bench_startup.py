@@ -68,7 +68,8 @@ _WRAP: dict[str, list[tuple[str, str]]] = {
     "flows.sweep": [("validate_config", "validate"), ("make_evaluator", "make_evaluator"),
                     ("enumerate_branches_task", "enumerate_branches"), ("kv_filter_task", "kv_filter"),
                     ("load_predictor_task", "load_predictor"), ("stored_trials", "stored_trials"),
-                    ("round_task", "round_task"), ("branch_task", "branch_task"), ("rank_task", "rank")],
+                    ("round_task", "round_task"), ("branch_task", "branch_task"), ("search_task", "search_task"),
+                    ("rank_task", "rank")],
     "prefect.flows": [("Flow.__call__", "flow_call")],
     "spica_core.search.study": [("_runtime", "vizier_runtime")],
     "spica_core.evaluate.pool": [("_worker_main", "worker_main"), ("evaluate_in_worker", "evaluate_in_worker"),
@@ -258,7 +259,8 @@ def breakdown(marks: list[dict[str, Any]], t0: float, main_pid: int) -> dict[str
         "kv_filter_stage": span(main, "kv_filter:start", "kv_filter:end"),
         "load_predictor_stage": span(main, "load_predictor:start", "load_predictor:end"),
         "first_round_to_first_request": (span(main, "round_task:start", "first_request_to_evaluator:start")
-                                         or span(main, "branch_task:start", "first_request_to_evaluator:start")),
+                                         or span(main, "branch_task:start", "first_request_to_evaluator:start")
+                                         or span(main, "search_task:start", "first_request_to_evaluator:start")),
         "vizier_runtime_import": span(main, "vizier_runtime:start", "vizier_runtime:end"),
         "pool_start_spawn_to_ready": span(main, "pool_start:start", "pool_start:end"),
         "worker_python_to_ready": (None if replay_pid == main_pid else
