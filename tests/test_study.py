@@ -371,3 +371,38 @@ def test_a_gp_bandit_prior_from_an_earlier_study_steers_the_picks_but_is_never_a
     informed, blind = next_picks(True), next_picks(False)
     assert all(abs(x - 31) <= 3 for x in informed), informed
     assert informed != blind and not all(abs(x - 31) <= 3 for x in blind), blind
+
+
+def test_ard_iterations_grow_with_the_trials_up_to_vizier_cap() -> None:
+    from spica_core.search.study import ARD_MAX_ITERATIONS, ARD_ITERATIONS_PER_TRIAL, ard_iterations
+
+    assert ard_iterations(0) == 1 and ard_iterations(4) == 4 * ARD_ITERATIONS_PER_TRIAL
+    assert ard_iterations(19) == min(ARD_MAX_ITERATIONS, 19 * ARD_ITERATIONS_PER_TRIAL)
+    assert ard_iterations(20) == ard_iterations(500) == ARD_MAX_ITERATIONS == 500
+
+
+@pytest.mark.slow
+def test_gp_ucb_pe_ard_fit_is_capped_by_the_trial_count_in_scipy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first model ask on a few trials fitted the GP for up to 500 L-BFGS-B iterations (772 loss
+    evaluations at 4 trials): scipy's L-BFGS-B now gets 25 per completed trial, and runs no more."""
+    import scipy.optimize
+
+    from spica_core.search.study import ard_iterations
+
+    real, runs = scipy.optimize.minimize, []
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        result = real(*args, **kwargs)
+        if kwargs.get("method") == "L-BFGS-B":
+            runs.append((kwargs["options"]["maxiter"], result.nit))
+        return result
+
+    monkeypatch.setattr(scipy.optimize, "minimize", spy)
+    study = filled(SMALL, "DEFAULT", seed=3, n=4)
+    study.suggest(2, step=1, pool=SMALL_POOL, allowed=free_of(study, SMALL_POOL))
+    assert runs and {cap for cap, _ in runs} == {ard_iterations(4)} == {100}
+    assert all(nit <= cap for cap, nit in runs)
+    runs.clear()
+    study.sync(filled(SMALL, "DEFAULT", seed=3, n=24).trials)
+    study.suggest(2, step=2, pool=SMALL_POOL, allowed=free_of(study, SMALL_POOL))
+    assert runs and {cap for cap, _ in runs} == {500}

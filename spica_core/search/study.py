@@ -51,6 +51,13 @@ CLEAR_CACHES_EVERY: Final = 25
 # on tests/test_study.py's toy space its next picks score higher on 3 seeds of 6 and the same on the others
 # (at 4 it stays on the backend it knows; at 1 it also tries the other one at the best size).
 ARD_RESTARTS = 1
+# GP-UCB-PE's ARD fit gets at most this many L-BFGS-B iterations per completed trial, up to Vizier's own cap of
+# 500. A few trials hold little to fit, yet at the default a first ask with 4 trials spent 772 loss evaluations
+# (~2.3 s) on them. At 25, DEFAULT's best at 32 and 64 evaluations is as before on both benchmark spaces
+# (bench/results/search_quality_ard_per_trial25_2026-12-04.log); at 10 the dense best at 64 fell to 0.939 on
+# some seeds (search_quality_ard_per_trial10_2026-12-04.log).
+ARD_ITERATIONS_PER_TRIAL: Final = 25
+ARD_MAX_ITERATIONS: Final = 500  # vizier's gp_ucb_pe.default_ard_optimizer
 _QUASI_RANDOM_SKIP: Final = 1000  # Vizier's default burn-in of the Halton sequence
 _FLOAT_TOL: Final = 1e-9
 # Vizier's GP-UCB-PE picks by UCB when a trial completed after the newest pending one was created, and by
@@ -117,9 +124,10 @@ def _runtime() -> SimpleNamespace:
         from vizier import algorithms as vza
         from vizier import pyvizier as vz
         from vizier.pyvizier import converters
+        from vizier.jax import optimizers
         from vizier.pyvizier.converters import padding
     _RUNTIME = SimpleNamespace(jax=jax, vz=vz, vza=vza, QuasiRandomDesigner=designer_classes()[2],
-                               converters=converters, padding=padding)
+                               converters=converters, padding=padding, optimizers=optimizers)
     return _RUNTIME
 
 
@@ -127,6 +135,11 @@ def warm_up() -> None:
     """Import jax and Vizier now (seconds), e.g. while something else starts; the GP designers load on the
     first model ask (a study's first asks only space-fill)."""
     _runtime()
+
+
+def ard_iterations(trials: int) -> int:
+    """The L-BFGS-B iteration cap of GP-UCB-PE's ARD fit on this many completed trials."""
+    return max(1, min(ARD_MAX_ITERATIONS, ARD_ITERATIONS_PER_TRIAL * trials))
 
 
 def derive_seed(seed: int, step: int) -> int:
@@ -383,6 +396,7 @@ class Study:
         self._bucket = bucket
         reseed(self._designer, rt.jax.random.PRNGKey(derive_seed(self.seed, step)))  # step-keyed: resume == live
         self._slot.choice = choice
+        self._slot.ard_iterations = ard_iterations(len(self._trials))  # a function of the trials: resume == live
         try:
             # One BLAS thread: the GP's small Cholesky solves gain nothing from more, and beside busy replay
             # workers OpenBLAS's waiting threads spun: an ask took 4-13 s of CPU instead of 1 s (bench/bench_asks.py
@@ -406,6 +420,7 @@ class Study:
         if self.algorithm == "DEFAULT":
             designer = ucb_pe(self.problem, rng=rt.jax.random.PRNGKey(0), padding_schedule=pad,
                               use_trust_region=False, ard_random_restarts=ARD_RESTARTS,
+                              ard_optimizer=_ArdFit(slot, rt.optimizers),
                               acquisition_optimizer_factory=lambda _converter: optimizer(slot))
         else:
             designer = bandit(self.problem, rng=rt.jax.random.PRNGKey(0), padding_schedule=pad,
@@ -504,9 +519,26 @@ class _Choice:
 
 
 class _Slot:
-    """Where a designer finds the current ask's choice (set for the duration of one suggest)."""
+    """Where a designer finds the current ask's choice (set for the duration of one suggest) and its ARD
+    fit's iteration cap."""
 
     choice: _Choice | None = None
+    ard_iterations: int = ARD_MAX_ITERATIONS
+
+
+class _ArdFit:
+    """GP-UCB-PE's ARD optimizer (Vizier's default L-BFGS-B: 20 line-search steps, tolerance 1e-5) with the
+    iteration cap of the current ask (``ard_iterations``) instead of a fixed 500."""
+
+    def __init__(self, slot: _Slot, optimizers: Any) -> None:
+        self._slot, self._optimizers = slot, optimizers
+
+    def __call__(self, init_params: Any, loss_fn: Any, rng: Any, *, constraints: Any = None,
+                 best_n: int | None = None) -> Any:
+        options = self._optimizers.LbfgsBOptions(num_line_search_steps=20, tol=1e-5,
+                                                 maxiter=self._slot.ard_iterations)
+        return self._optimizers.JaxoptScipyLbfgsB(options)(init_params, loss_fn, rng, constraints=constraints,
+                                                           best_n=best_n)
 
 
 _POOL_POSITION: Final = "spica_pool_position"
@@ -518,4 +550,4 @@ def _plain_number(value: Any) -> int | float:
     return int(number) if number.is_integer() else number
 
 
-__all__ = ["Study", "TrialRecord", "warm_up", "ALGORITHMS", "GP_ALGORITHMS", "CONSTANT_PARAM", "derive_seed"]
+__all__ = ["Study", "TrialRecord", "warm_up", "ALGORITHMS", "GP_ALGORITHMS", "CONSTANT_PARAM", "derive_seed", "ard_iterations"]
