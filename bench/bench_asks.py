@@ -9,12 +9,14 @@ variants can be compared in one run:
     python bench/bench_asks.py                      # Spica's settings
     python bench/bench_asks.py --clear-every 0      # caches kept
     python bench/bench_asks.py --restarts 4         # Vizier's four ARD restarts
+    python bench/bench_asks.py --ard-per-trial 0    # the ARD fit's iterations uncapped (Vizier's 500)
     python bench/bench_asks.py --busy 2             # beside two busy processes, as beside two replay workers
     python bench/bench_asks.py --busy 2 --blas-threads 0   # the same with OpenBLAS's own thread count
     python bench/bench_asks.py --space real --asks 3     # a study per branch of the one-hour case, in order:
                                                          # what a second branch's first ask still compiles
 
-Each row also has the ask's CPU seconds (``cpu_s``): more than its wall time means threads that spin.
+Each row also has the ask's CPU seconds (``cpu_s``): more than its wall time means threads that spin, and the
+seconds spent in the GP's ARD fit (``ard_fit_s``, tracing included).
 """
 from __future__ import annotations
 
@@ -63,12 +65,15 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=4)
     ap.add_argument("--restarts", type=int, default=study_module.ARD_RESTARTS)
     ap.add_argument("--clear-every", type=int, default=study_module.CLEAR_CACHES_EVERY)
+    ap.add_argument("--ard-per-trial", type=int, default=study_module.ARD_ITERATIONS_PER_TRIAL,
+                    help="L-BFGS-B iterations per completed trial (Spica's ARD_ITERATIONS_PER_TRIAL); 0 = Vizier's 500")
     ap.add_argument("--busy", type=int, default=0, help="CPU-bound processes running beside the asks")
     ap.add_argument("--blas-threads", type=int, default=1, help="Spica's limit is 1; 0 leaves OpenBLAS's own")
     ap.add_argument("--space", choices=("dense-disagg", "dense", "real"), default="dense-disagg",
                     help="dense-disagg: one study; dense, real: one study per branch of that space, in order")
     args = ap.parse_args()
     study_module.CLEAR_CACHES_EVERY = args.clear_every or 10**9
+    study_module.ARD_ITERATIONS_PER_TRIAL = args.ard_per_trial or study_module.ARD_MAX_ITERATIONS
     if not args.blas_threads:
         study_module.threadpool_limits = lambda **_: contextlib.nullcontext()  # type: ignore[assignment]
     elif args.blas_threads != 1:
@@ -82,6 +87,16 @@ def main() -> None:
         return designer
 
     study_module.Study._new_designer = with_restarts  # type: ignore[method-assign]
+    fit = study_module._ArdFit.__call__
+
+    def timed_fit(self: object, *a: Any, **k: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return fit(self, *a, **k)
+        finally:
+            seconds["ard_fit"] += time.perf_counter() - start
+
+    study_module._ArdFit.__call__ = timed_fit  # type: ignore[method-assign]
     import jax.monitoring
 
     seconds: collections.Counter[str] = collections.Counter()
@@ -122,13 +137,15 @@ def main() -> None:
                          "compiles": events["backend_compile_duration"],
                          "compile_s": round(seconds["backend_compile_duration"], 2),
                          "trace_s": round(seconds["jaxpr_trace_duration"], 2),
+                         "ard_fit_s": round(seconds["ard_fit"], 2),
                          "rss_mb": round(proc.memory_info().rss / 2**20)})
             print(json.dumps(rows[-1]), flush=True)
     stop.set()
     for b in burners:
         b.join()
     steady = [r["wall_s"] for r in rows[1:]]
-    print(json.dumps({"space": args.space, "restarts": args.restarts, "clear_every": args.clear_every, "count": args.count,
+    print(json.dumps({"space": args.space, "restarts": args.restarts, "ard_per_trial": args.ard_per_trial,
+                      "clear_every": args.clear_every, "count": args.count,
                       "busy": args.busy, "blas_threads": args.blas_threads or "OpenBLAS default",
                       "median_ask_s": float(np.median(steady)), "rss_growth": rows[-1]["rss_mb"] / rows[1]["rss_mb"] - 1}))
 

@@ -54,8 +54,8 @@ ARD_RESTARTS = 1
 # GP-UCB-PE's ARD fit gets at most this many L-BFGS-B iterations per completed trial, up to Vizier's own cap of
 # 500. A few trials hold little to fit, yet at the default a first ask with 4 trials spent 772 loss evaluations
 # (~2.3 s) on them. At 25, DEFAULT's best at 32 and 64 evaluations is as before on both benchmark spaces
-# (bench/results/search_quality_ard_per_trial25_2026-12-04.log); at 10 the dense best at 64 fell to 0.939 on
-# some seeds (search_quality_ard_per_trial10_2026-12-04.log).
+# (bench/results/search_quality_ard_per_trial25_2026-12-04.log). The cap depends only on the trial count, so a
+# resumed study fits exactly as the uninterrupted one did.
 ARD_ITERATIONS_PER_TRIAL: Final = 25
 ARD_MAX_ITERATIONS: Final = 500  # vizier's gp_ucb_pe.default_ard_optimizer
 _QUASI_RANDOM_SKIP: Final = 1000  # Vizier's default burn-in of the Halton sequence
