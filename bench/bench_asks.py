@@ -2,12 +2,10 @@
 
 A study on the benchmark's dense disagg pool (bench_search.py's "dense" space, 568 candidates) with a synthetic
 objective (no replay), asked ``--asks`` times for ``--count`` candidates, with the previous ask's picks pending,
-as the search loop does. ``--restarts`` sets the ARD random restarts (Spica's ARD_RESTARTS; Vizier's default is 4) and
-``--clear-every`` how often jax's caches are cleared (Spica's CLEAR_CACHES_EVERY; 0 = never), so the
-variants can be compared in one run:
+as the search loop does. ``--restarts`` sets the ARD random restarts (Spica's ARD_RESTARTS; Vizier's default is 4),
+so the variants can be compared in one run:
 
     python bench/bench_asks.py                      # Spica's settings
-    python bench/bench_asks.py --clear-every 0      # caches kept
     python bench/bench_asks.py --restarts 4         # Vizier's four ARD restarts
     python bench/bench_asks.py --ard-per-trial 0    # the ARD fit's iterations uncapped (Vizier's 500)
     python bench/bench_asks.py --busy 2             # beside two busy processes, as beside two replay workers
@@ -64,7 +62,6 @@ def main() -> None:
     ap.add_argument("--asks", type=int, default=14)
     ap.add_argument("--count", type=int, default=4)
     ap.add_argument("--restarts", type=int, default=study_module.ARD_RESTARTS)
-    ap.add_argument("--clear-every", type=int, default=study_module.CLEAR_CACHES_EVERY)
     ap.add_argument("--ard-per-trial", type=int, default=study_module.ARD_ITERATIONS_PER_TRIAL,
                     help="L-BFGS-B iterations per completed trial (Spica's ARD_ITERATIONS_PER_TRIAL); 0 = Vizier's 500")
     ap.add_argument("--busy", type=int, default=0, help="CPU-bound processes running beside the asks")
@@ -72,7 +69,6 @@ def main() -> None:
     ap.add_argument("--space", choices=("dense-disagg", "dense", "real"), default="dense-disagg",
                     help="dense-disagg: one study; dense, real: one study per branch of that space, in order")
     args = ap.parse_args()
-    study_module.CLEAR_CACHES_EVERY = args.clear_every or 10**9
     study_module.ARD_ITERATIONS_PER_TRIAL = args.ard_per_trial or study_module.ARD_MAX_ITERATIONS
     if not args.blas_threads:
         study_module.threadpool_limits = lambda **_: contextlib.nullcontext()  # type: ignore[assignment]
@@ -145,7 +141,7 @@ def main() -> None:
         b.join()
     steady = [r["wall_s"] for r in rows[1:]]
     print(json.dumps({"space": args.space, "restarts": args.restarts, "ard_per_trial": args.ard_per_trial,
-                      "clear_every": args.clear_every, "count": args.count,
+                      "count": args.count,
                       "busy": args.busy, "blas_threads": args.blas_threads or "OpenBLAS default",
                       "median_ask_s": float(np.median(steady)), "rss_growth": rows[-1]["rss_mb"] / rows[1]["rss_mb"] - 1}))
 

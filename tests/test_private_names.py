@@ -62,6 +62,15 @@ def test_numpy_padding_builds_the_padded_array_vizier_builds(trials: int, padded
     assert wide.shape == (trials, 16)
     flat = numpy_padding(padding, pad_trials=False).pad_labels(features[:, :1])
     assert flat.shape == (trials, 1) and flat._nopadding_done
+    # An ask's floor (its completed + pending + new trials, padded) raises the trial axis of every array it pads.
+    floor = {"trials": 4 * padded_to}
+    raised = numpy_padding(padding, pad_trials=True, trial_floor=lambda: floor["trials"])
+    assert raised.pad_features(features).shape == (4 * padded_to, 16)
+    assert raised.pad_labels(features[:, :1]).shape == (4 * padded_to, 1)
+    floor["trials"] = 1
+    assert raised.pad_labels(features[:, :1]).shape == (padded_to, 1)
+    assert numpy_padding(padding, pad_trials=False, trial_floor=lambda: 4 * padded_to).pad_labels(
+        features[:, :1]).shape == (trials, 1)
 
 
 def _private_imports(path: Path, library: str) -> list[str]:
@@ -186,6 +195,53 @@ def test_gp_ucb_pes_joins_in_numpy_give_vizier_s_values_and_compile_nothing_per_
 
     assert joins_compiled(designer._get_predictive_all_features, 4) == []
     assert joins_compiled(lambda *a: vizier_ucb_pe._get_predictive_all_features(designer, *a), 5) != []
+
+
+@pytest.mark.slow
+def test_a_steady_gp_ucb_pe_ask_compiles_no_join_or_slice_and_leaves_jax_as_it_was(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Vizier's ``suggest`` joins completed and pending trials inline (its trust region's trials) and unpads with
+    ``jax.lax.slice``: every ask compiled a concatenate and slices for shapes that never recur, the RSS that grew
+    a sweep (bench/bench_rss.py). Spica's asks after the first compile none of them, Vizier's own ``suggest`` on
+    the same designer does, and after an ask Vizier's module and ``PaddedArray`` are as they were."""
+    import logging
+    import re
+
+    import jax.numpy as jnp
+    from vizier._src.algorithms.designers import gp_ucb_pe
+    from vizier._src.jax import types as vizier_types
+
+    from spica_core.search.study import Study, _runtime
+    from spica_core.search.vizier_private import designer_classes
+    from spica_core.space.params import Param
+
+    rt = _runtime()
+    params = [Param("size", "discrete", (1, 2, 4, 8), log_scale=True, is_int=True, default=4),
+              Param("ratio", "float", bounds=(0.25, 1.0), default=1.0)]
+    pool = [{"size": s, "ratio": r} for s in (1, 2, 4, 8) for r in (0.25, 0.4, 0.55, 0.7, 0.85, 1.0)]
+    study = Study(params, seed=5)
+    for k, raw in enumerate(pool[:6]):
+        study.complete(raw, {"objective": float(k % 4) - raw["ratio"]})
+    unpad = vizier_types.PaddedArray.__dict__["unpad"]
+    joins = re.compile(r"jit\((concatenate|slice|dynamic_slice)\)")
+
+    def ask(step: int) -> list[str]:
+        """One ask with two picks pending (one more each step); the joins and slices it compiled."""
+        tried = [t.params for t in study.trials]
+        pending = [p for p in pool if p not in tried][:1 + step]
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="jax._src.dispatch"), rt.jax.log_compiles(True):
+            picks = study.suggest(2, step=step, pool=pool, pending=pending,
+                                  allowed=[p not in tried and p not in pending for p in pool])
+        assert len(picks) == 2
+        assert gp_ucb_pe.jnp is jnp and vizier_types.PaddedArray.__dict__["unpad"] is unpad
+        return [m for r in caplog.records if joins.search(m := r.getMessage())]
+
+    ask(1)  # the first model ask traces and compiles the GP
+    assert study._designer is not None
+    assert ask(2) == [] and ask(3) == []
+    monkeypatch.setattr(type(study._designer), "suggest", designer_classes()[0].suggest)  # Vizier's own
+    assert ask(4) != []
 
 
 @pytest.mark.slow

@@ -10,14 +10,16 @@ picks whether the designer is warm or rebuilt after a resume.
 Runtime notes (spec/orchestration.md §2): Vizier's GP designers need ``jax_enable_x64``; padding the
 trial axis to powers of two (at least ``TRIAL_PAD_FLOOR``) bounds JIT compiles. jax keeps every executable it
 compiled. GP-UCB-PE's joins of completed and pending trials are done in numpy (``vizier_private``), so a steady
-ask compiles only the few small joins Vizier's own ``suggest`` makes (about 4 MB); jax's caches are cleared when
-a study's padded trial count grows (the smaller shapes are dead: it retraces anyway) and every
-``CLEAR_CACHES_EVERY`` model asks, each clear costing the next ask a retrace of the GP (seconds). GP
-designers reject a 0-dimensional space, hence the dummy ``_spica_constant`` categorical.
+ask compiles nothing new but a few small steps of jaxopt's L-BFGS-B result, one set per count of its stored
+corrections (at most 10). jax's caches are cleared only when a study's padded trial count grows (the smaller
+shapes are dead: it retraces anyway), and the freed heap is handed back to the system. GP designers reject a
+0-dimensional space, hence the dummy ``_spica_constant`` categorical.
 """
 from __future__ import annotations
 
+import ctypes
 import datetime
+import gc
 import importlib.util
 import logging
 import math
@@ -33,7 +35,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from spica_core.search.vizier_private import (
-    designer_classes, finite_designers, numpy_padding, padded_trials, pool_features, reseed, unpadded,
+    TRIAL_PAD_FLOOR, designer_classes, finite_designers, numpy_padding, padded_trials, pool_features, reseed, unpadded,
 )
 from spica_core.space.params import Param
 
@@ -41,9 +43,6 @@ ALGORITHMS: Final = ("DEFAULT", "GAUSSIAN_PROCESS_BANDIT", "RANDOM_SEARCH", "QUA
 GP_ALGORITHMS: Final = frozenset({"DEFAULT", "GAUSSIAN_PROCESS_BANDIT"})
 CONSTANT_PARAM: Final = "_spica_constant"
 JAX_CACHE_DIR: Final = Path.home() / ".cache" / "spica" / "jax"
-# A steady ask leaves about 4 MB of executables behind (bench/bench_asks.py --clear-every 0), so 25 asks add
-# about 100 MB to a sweep process of 600-900 MB before a clear returns it.
-CLEAR_CACHES_EVERY: Final = 25
 # Random restarts of the GP's ARD fit (Vizier's default is 4, plus its fixed start). Each restart is a scipy
 # L-BFGS-B run of a few hundred jitted steps, most of an ask's time (bench/bench_asks.py: a steady ask 1.51 s at
 # 4, 1.15 s at 1). At 1, DEFAULT's median best at 64 evaluations is the optimum on both benchmark spaces
@@ -91,7 +90,6 @@ class TrialRecord:
 
 
 _RUNTIME: SimpleNamespace | None = None
-_MODEL_ASKS = 0  # in this process: jax's caches are process-wide
 
 
 def _runtime() -> SimpleNamespace:
@@ -129,6 +127,18 @@ def _runtime() -> SimpleNamespace:
     _RUNTIME = SimpleNamespace(jax=jax, vz=vz, vza=vza, QuasiRandomDesigner=designer_classes()[2],
                                converters=converters, padding=padding, optimizers=optimizers)
     return _RUNTIME
+
+
+def _release_compiled(jax: Any) -> None:
+    """Drop jax's compiled executables and hand the freed heap back to the system: glibc keeps what it freed
+    (about 2 MB per small executable, bench/bench_asks.py), so without ``malloc_trim`` the clear only made room
+    for the next trace instead of shrinking the process."""
+    jax.clear_caches()
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: its allocator returns memory its own way
+        pass
 
 
 def warm_up() -> None:
@@ -388,12 +398,10 @@ class Study:
         self._designer.update(rt.vza.CompletedTrials(self._vizier_trials(self._fed)),
                               rt.vza.ActiveTrials(self._pending_trials(pending, exploit)))
         self._fed = len(self._trials)
-        global _MODEL_ASKS
-        _MODEL_ASKS += 1
         bucket = padded_trials(len(self._trials) + len(pending) + count)  # the largest shape this ask pads to
-        if _MODEL_ASKS % CLEAR_CACHES_EVERY == 0 or bucket > self._bucket:  # bound memory (see the module's notes)
-            rt.jax.clear_caches()
-        self._bucket = bucket
+        if bucket > self._bucket:  # bound memory (see the module's notes)
+            _release_compiled(rt.jax)
+        self._bucket = self._slot.trial_floor = bucket  # one trial shape for every array of this ask
         reseed(self._designer, rt.jax.random.PRNGKey(derive_seed(self.seed, step)))  # step-keyed: resume == live
         self._slot.choice = choice
         self._slot.ard_iterations = ard_iterations(len(self._trials))  # a function of the trials: resume == live
@@ -412,11 +420,11 @@ class Study:
         # Padding the trial axis to powers of two, and at least TRIAL_PAD_FLOOR, bounds the compiled shapes
         # to two or three per sweep; GP-UCB-PE refuses trial padding for several metrics, so those run unpadded.
         single = len(self.objectives) == 1
-        pad = numpy_padding(rt.padding, pad_trials=single)
+        slot = self._slot
+        pad = numpy_padding(rt.padding, pad_trials=single, trial_floor=lambda: slot.trial_floor)
         # No trust region: it keeps a continuous acquisition search near the trials so far; on a finite
         # pool of legal candidates it only hides good configs far from the first picks
         # (bench/bench_search.py: on the dense space it held GP-UCB-PE at 0.81-0.94 of the optimum).
-        slot = self._slot
         if self.algorithm == "DEFAULT":
             designer = ucb_pe(self.problem, rng=rt.jax.random.PRNGKey(0), padding_schedule=pad,
                               use_trust_region=False, ard_random_restarts=ARD_RESTARTS,
@@ -519,11 +527,12 @@ class _Choice:
 
 
 class _Slot:
-    """Where a designer finds the current ask's choice (set for the duration of one suggest) and its ARD
-    fit's iteration cap."""
+    """Where a designer finds the current ask's choice (set for the duration of one suggest), its ARD
+    fit's iteration cap and the padded trial count of all its arrays."""
 
     choice: _Choice | None = None
     ard_iterations: int = ARD_MAX_ITERATIONS
+    trial_floor: int = TRIAL_PAD_FLOOR
 
 
 class _ArdFit:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 PINNED = "google-vizier 0.1.24"
 TRIAL_PAD_FLOOR = 64  # completed + pending trials are padded to this many at least: one shape for a branch's
@@ -91,20 +91,25 @@ def _power_of_two_at_least(count: int, floor: int) -> int:
     return max(floor, 1 << max(0, count - 1).bit_length())
 
 
-def numpy_padding(padding: Any, pad_trials: bool) -> Any:
+def numpy_padding(padding: Any, pad_trials: bool, trial_floor: Callable[[], int] = lambda: TRIAL_PAD_FLOOR) -> Any:
     """Vizier's padding schedule (``padding``: ``vizier.pyvizier.converters.padding``), built in numpy: the
     trial axis goes to the next power of two and at least TRIAL_PAD_FLOOR (``pad_trials=True``) or stays as it
     is (``False``; several metrics: GP-UCB-PE refuses trial padding there), and the feature axis of features
-    (not of labels) to :func:`padded_features`. Vizier's own schedule pads with ``jnp.pad``,
-    one dispatched jax op per array, about 0.8 s of every ask (bench/bench_asks.py). Built on first use so
-    that importing this module never imports Vizier."""
+    (not of labels) to :func:`padded_features`. ``trial_floor()`` raises a padded trial axis further: the study
+    returns the padded size of an ask's completed + pending + new trials, so the completed trials' arrays (the
+    ARD fit) and the joined ones (the pending picks) share one shape and an ask traces one GP, not two. Vizier's
+    own schedule pads with ``jnp.pad``, one dispatched jax op per array, about 0.8 s of every ask
+    (bench/bench_asks.py). Built on first use so that importing this module never imports Vizier."""
     global _PADDING
     if _PADDING is not None:
-        return _PADDING[pad_trials]()
+        return _PADDING[pad_trials](trial_floor=trial_floor)
+    import attrs
     import numpy as np
 
+    @attrs.define(frozen=True)
     class NumpyPadding(padding.PaddingSchedule):
-        pads_trials = False
+        trial_floor: Callable[[], int] = attrs.field(kw_only=True)
+        pads_trials: ClassVar[bool] = False
 
         def pad_features(self, features: Any) -> Any:
             return self._padded(features, pad_features=True)
@@ -117,16 +122,17 @@ def numpy_padding(padding: Any, pad_trials: bool) -> Any:
             array = np.asarray(array)
             shape = list(array.shape)
             if self.pads_trials and len(shape) >= 2 and shape[-2] > 0:
-                shape[-2] = padded_trials(shape[-2])
+                shape[-2] = max(self.trial_floor(), padded_trials(shape[-2]))
             if pad_features and len(shape) >= 2 and shape[-1] > 0:
                 shape[-1] = padded_features(shape[-1])
             return padded_array(array, shape, -1 if np.issubdtype(array.dtype, np.integer) else np.nan)
 
+    @attrs.define(frozen=True)
     class NumpyTrialPadding(NumpyPadding):
-        pads_trials = True
+        pads_trials: ClassVar[bool] = True
 
     _PADDING = {False: NumpyPadding, True: NumpyTrialPadding}
-    return _PADDING[pad_trials]()
+    return _PADDING[pad_trials](trial_floor=trial_floor)
 
 
 def unpadded(array: Any) -> Any:
@@ -137,16 +143,26 @@ def unpadded(array: Any) -> Any:
 
 
 def _numpy_joins(eqx: Any) -> Any:
-    """GP-UCB-PE's two steps that join completed and pending trials, with the joins in numpy.
+    """GP-UCB-PE's joins of completed and pending trials, in numpy.
 
     Vizier concatenates the completed trials' arrays with the pending ones' in jax, once per pick, and the
     pending count grows with each pick: every ask compiled a dozen small executables (``concatenate``, ``slice``,
     ``pad``) for shapes that never recur, about 20 MB of RSS per ask that only ``jax.clear_caches`` returned, at
     the price of tracing the GP again. Here the same values are joined and padded in numpy and only the padded
-    arrays, whose shapes are fixed, reach jax. The two functions replace ``_trials_to_data`` and
-    ``_get_predictive_all_features`` of ``VizierGPUCBPEBandit`` (tested against Vizier's own in test_study.py).
+    arrays, whose shapes are fixed, reach jax. ``trials_to_data`` and ``predictive_all_features`` replace
+    ``_trials_to_data`` and ``_get_predictive_all_features`` of ``VizierGPUCBPEBandit`` (tested against Vizier's
+    own in test_study.py). ``during_suggest`` covers the join left inline in its ``suggest`` (the trust region's
+    trials, built even with the trust region off): for the length of an ask, ``PaddedArray.unpad`` slices
+    concrete arrays in numpy and the module's ``jnp.concatenate`` joins concrete arrays in numpy. Those four
+    executables per ask (about 2 MB each, never freed by ``jax.clear_caches`` alone) were what grew a sweep's
+    RSS; traced code (a tracer among the arrays) still goes to jax.
     """
+    import contextlib
+
+    import jax
+    import jax.numpy as jnp
     import numpy as np
+    from vizier._src.algorithms.designers import gp_ucb_pe
     from vizier._src.algorithms.designers.gp import output_warpers
     from vizier._src.jax import stochastic_process_model as sp
     from vizier._src.jax import types as vizier_types
@@ -176,7 +192,41 @@ def _numpy_joins(eqx: Any) -> Any:
             model = sp.StochasticProcessWithCoroutine(model.coroutine, params)
         return sp.UniformEnsemblePredictive(predictives=eqx.filter_jit(model.precompute_predictive)(all_data))
 
-    return SimpleNamespace(trials_to_data=trials_to_data, predictive_all_features=predictive_all_features)
+    def concrete(*arrays: Any) -> bool:
+        return not any(isinstance(a, jax.core.Tracer) for a in arrays)
+
+    vizier_unpad = vizier_types.PaddedArray.__dict__["unpad"]
+
+    def unpad(self: Any) -> Any:
+        if self._nopadding_done or not concrete(self.padded_array):
+            return vizier_unpad.__get__(self)()
+        return jnp.asarray(unpadded(self))
+
+    class NumpyConcatenate:
+        """``jax.numpy`` as GP-UCB-PE's module sees it during an ask, with concrete joins made in numpy."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(jnp, name)
+
+        @staticmethod
+        def concatenate(arrays: Sequence[Any], axis: int = 0, **kwargs: Any) -> Any:
+            arrays = list(arrays)
+            if kwargs or not concrete(*arrays) or len({np.result_type(a) for a in arrays}) > 1:
+                return jnp.concatenate(arrays, axis=axis, **kwargs)  # jax's own type promotion
+            return jnp.asarray(np.concatenate([np.asarray(a) for a in arrays], axis=axis))
+
+    @contextlib.contextmanager
+    def during_suggest() -> Any:
+        gp_ucb_pe.jnp = NumpyConcatenate()
+        setattr(vizier_types.PaddedArray, "unpad", unpad)
+        try:
+            yield
+        finally:
+            gp_ucb_pe.jnp = jnp
+            setattr(vizier_types.PaddedArray, "unpad", vizier_unpad)
+
+    return SimpleNamespace(trials_to_data=trials_to_data, predictive_all_features=predictive_all_features,
+                           during_suggest=during_suggest)
 
 
 def finite_designers(jax: Any, gradient_free_optimizer: type) -> tuple[type, type, type]:
@@ -203,6 +253,10 @@ def finite_designers(jax: Any, gradient_free_optimizer: type) -> tuple[type, typ
         spica_slot: Any
         _trials_to_data = numpy_joins.trials_to_data
         _get_predictive_all_features = numpy_joins.predictive_all_features
+
+        def suggest(self, count: int | None = None) -> Any:
+            with numpy_joins.during_suggest():
+                return super().suggest(count)
 
         def get_score_fn_on_trials(self, score_fn: Any) -> Callable[[Sequence[Any]], dict[str, Any]]:
             pool = self.spica_slot.choice.pool
