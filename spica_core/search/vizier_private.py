@@ -147,15 +147,15 @@ def _numpy_joins(eqx: Any) -> Any:
 
     Vizier concatenates the completed trials' arrays with the pending ones' in jax, once per pick, and the
     pending count grows with each pick: every ask compiled a dozen small executables (``concatenate``, ``slice``,
-    ``pad``) for shapes that never recur, about 20 MB of RSS per ask that only ``jax.clear_caches`` returned, at
-    the price of tracing the GP again. Here the same values are joined and padded in numpy and only the padded
+    ``pad``) for shapes that never recur, about 20 MB of RSS per ask that only a cache clear (and a
+    retrace of the GP) gave back. Here the same values are joined and padded in numpy and only the padded
     arrays, whose shapes are fixed, reach jax. ``trials_to_data`` and ``predictive_all_features`` replace
     ``_trials_to_data`` and ``_get_predictive_all_features`` of ``VizierGPUCBPEBandit`` (tested against Vizier's
-    own in test_study.py). ``during_suggest`` covers the join left inline in its ``suggest`` (the trust region's
-    trials, built even with the trust region off): for the length of an ask, ``PaddedArray.unpad`` slices
-    concrete arrays in numpy and the module's ``jnp.concatenate`` joins concrete arrays in numpy. Those four
-    executables per ask (about 2 MB each, never freed by ``jax.clear_caches`` alone) were what grew a sweep's
-    RSS; traced code (a tracer among the arrays) still goes to jax.
+    own in test_private_names.py). ``during_suggest`` covers the join left inline in its ``suggest`` (the trust
+    region's trials, built even with the trust region off): for the length of an ask, ``PaddedArray.unpad``
+    slices concrete arrays in numpy and the module's ``jnp.concatenate`` joins concrete arrays in numpy. Those
+    four executables per ask (about 1 MB each, never freed by ``jax.clear_caches`` alone) were what grew a
+    sweep's RSS; traced code (a tracer among the arrays) still goes to jax.
     """
     import contextlib
 
