@@ -225,10 +225,10 @@ def test_a_steady_gp_ucb_pe_ask_compiles_no_join_or_slice_and_leaves_jax_as_it_w
     unpad = vizier_types.PaddedArray.__dict__["unpad"]
     joins = re.compile(r"jit\((concatenate|slice|dynamic_slice)\)")
 
-    def ask(step: int) -> list[str]:
-        """One ask with two picks pending (one more each step); the joins and slices it compiled."""
+    def ask(step: int, pending_count: int | None = None) -> list[str]:
+        """One ask with ``1 + step`` picks pending unless told; the joins and slices it compiled."""
         tried = [t.params for t in study.trials]
-        pending = [p for p in pool if p not in tried][:1 + step]
+        pending = [p for p in pool if p not in tried][:1 + step if pending_count is None else pending_count]
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="jax._src.dispatch"), rt.jax.log_compiles(True):
             picks = study.suggest(2, step=step, pool=pool, pending=pending,
@@ -239,9 +239,9 @@ def test_a_steady_gp_ucb_pe_ask_compiles_no_join_or_slice_and_leaves_jax_as_it_w
 
     ask(1)  # the first model ask traces and compiles the GP
     assert study._designer is not None
-    assert ask(2) == [] and ask(3) == []
+    assert ask(2) == [] and ask(3) == [] and ask(4, pending_count=0) == []  # none pending: Vizier's unpad, no slice
     monkeypatch.setattr(type(study._designer), "suggest", designer_classes()[0].suggest)  # Vizier's own
-    assert ask(4) != []
+    assert ask(5) != []
 
 
 @pytest.mark.slow

@@ -199,7 +199,7 @@ def _numpy_joins(eqx: Any) -> Any:
 
     def unpad(self: Any) -> Any:
         if self._nopadding_done or not concrete(self.padded_array):
-            return vizier_unpad.__get__(self)()
+            return vizier_unpad.__get__(self, type(self))()  # equinox's method wrapper wants the owner
         return jnp.asarray(unpadded(self))
 
     class NumpyConcatenate:
