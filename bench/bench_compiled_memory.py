@@ -1,8 +1,9 @@
 """What jax's small executables cost in RSS, and what comes back after ``jax.clear_caches()`` and glibc's
 ``malloc_trim``: the measure behind clearing only at bucket growth, with a trim (``study._release_compiled``).
 
-``--count`` joins of two small float64 arrays, numpy arrays put on the device (no compile), each join of a shape no other has (as Vizier's inline join of
-completed and pending trials had, one per ask), then the clear, then the trim:
+``--count`` joins of two small float64 arrays (numpy arrays put on the device, which compiles nothing), each
+join of a shape no other has (as Vizier's inline join of completed and pending trials had, one per ask), then
+the clear, then the trim:
 
     .venv/bin/python bench/bench_compiled_memory.py              # 100 joins, a few seconds
 """

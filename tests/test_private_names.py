@@ -34,6 +34,20 @@ def test_a_renamed_vizier_name_is_reported_with_the_pinned_version(monkeypatch: 
         "google-vizier 0.1.24)"]
 
 
+def test_the_names_an_ask_swaps_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GP-UCB-PE's ``suggest`` runs with ``gp_ucb_pe.jnp`` and ``PaddedArray.unpad`` swapped for numpy joins."""
+    from vizier._src.algorithms.designers import gp_ucb_pe
+    from vizier._src.jax import types as vizier_types
+
+    from spica_core.search import vizier_private
+
+    monkeypatch.delattr(gp_ucb_pe, "jnp")
+    monkeypatch.delattr(vizier_types.PaddedArray, "unpad")
+    assert vizier_private.missing() == [
+        f"vizier._src.{name} is gone from the installed Vizier (Spica is tested with google-vizier 0.1.24)"
+        for name in ("jax.types.PaddedArray.unpad", "algorithms.designers.gp_ucb_pe.jnp")]
+
+
 @pytest.mark.parametrize("trials, padded_to", [(5, 64), (64, 64), (65, 128), (100, 128)])
 def test_numpy_padding_builds_the_padded_array_vizier_builds(trials: int, padded_to: int) -> None:
     """The numpy schedule (no jax op per array) gives Vizier's own ``PaddedArray.from_array`` result, with the

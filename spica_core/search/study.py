@@ -131,8 +131,8 @@ def _runtime() -> SimpleNamespace:
 
 def _release_compiled(jax: Any) -> None:
     """Drop jax's compiled executables and hand the freed heap back to the system: glibc keeps what it freed
-    (about 1 MB per small executable, bench/bench_compiled_memory.py), so without ``malloc_trim`` the clear only made room
-    for the next trace instead of shrinking the process."""
+    (about 1 MB per small executable, bench/bench_compiled_memory.py), so without ``malloc_trim`` the clear only
+    made room for the next trace instead of shrinking the process."""
     jax.clear_caches()
     gc.collect()
     try:

@@ -321,8 +321,14 @@ def missing() -> list[str]:
         fields = getattr(vizier_types.PaddedArray, "__dataclass_fields__", {})
         out += [f"vizier._src.jax.types.PaddedArray.{name}" for name in
                 ("padded_array", "fill_value", "_original_shape", "_mask", "_nopadding_done") if name not in fields]
+        if "unpad" not in vizier_types.PaddedArray.__dict__:  # swapped during an ask
+            out.append("vizier._src.jax.types.PaddedArray.unpad")
     except ImportError:
         out.append("vizier._src.jax.types")
+    from vizier._src.algorithms.designers import gp_ucb_pe
+
+    if getattr(gp_ucb_pe, "jnp", None) is None:  # the module's jax.numpy, swapped during an ask
+        out.append("vizier._src.algorithms.designers.gp_ucb_pe.jnp")
     return [f"{name} is gone from the installed Vizier (Spica is tested with {PINNED})" for name in out]
 
 
