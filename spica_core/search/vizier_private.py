@@ -154,7 +154,7 @@ def _numpy_joins(eqx: Any) -> Any:
     own in test_private_names.py). ``during_suggest`` covers the join left inline in its ``suggest`` (the trust
     region's trials, built even with the trust region off): for the length of an ask, ``PaddedArray.unpad``
     slices concrete arrays in numpy and the module's ``jnp.concatenate`` joins concrete arrays in numpy. Those
-    four executables per ask (about 1 MB each, never freed by ``jax.clear_caches`` alone) were what grew a
+    four executables per ask (about 1 MB each, hardly freed by ``jax.clear_caches`` alone) were what grew a
     sweep's RSS; traced code (a tracer among the arrays) still goes to jax.
     """
     import contextlib
