@@ -181,7 +181,6 @@ class Study:
         self._slot = _Slot()
         self._pool: _Pool | None = None
         self._unpadded_converter: Any = None
-        self._bucket = padded_trials(0)     # the padded trial count of the last model ask
         for record in trials:
             self.complete(record.params, record.metrics, record.infeasible_reason, record.metadata)
         # A related earlier study (another trace): a GP bandit's prior, never one of this study's trials.
@@ -399,9 +398,9 @@ class Study:
                               rt.vza.ActiveTrials(self._pending_trials(pending, exploit)))
         self._fed = len(self._trials)
         bucket = padded_trials(len(self._trials) + len(pending) + count)  # the largest shape this ask pads to
-        if bucket > self._bucket:  # bound memory (see the module's notes)
+        if bucket > self._slot.trial_floor:  # bound memory (see the module's notes)
             _release_compiled(rt.jax)
-        self._bucket = self._slot.trial_floor = bucket  # one trial shape for every array of this ask
+        self._slot.trial_floor = bucket  # one trial shape for every array of this ask
         reseed(self._designer, rt.jax.random.PRNGKey(derive_seed(self.seed, step)))  # step-keyed: resume == live
         self._slot.choice = choice
         self._slot.ard_iterations = ard_iterations(len(self._trials))  # a function of the trials: resume == live
@@ -528,7 +527,7 @@ class _Choice:
 
 class _Slot:
     """Where a designer finds the current ask's choice (set for the duration of one suggest), its ARD
-    fit's iteration cap and the padded trial count of all its arrays."""
+    fit's iteration cap and the padded trial count of all its arrays (that of the last model ask)."""
 
     choice: _Choice | None = None
     ard_iterations: int = ARD_MAX_ITERATIONS
