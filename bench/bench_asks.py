@@ -12,6 +12,7 @@ so the variants can be compared in one run:
     python bench/bench_asks.py --busy 2 --blas-threads 0   # the same with OpenBLAS's own thread count
     python bench/bench_asks.py --space real --asks 3     # a study per branch of the one-hour case, in order:
                                                          # what a second branch's first ask still compiles
+    python bench/bench_asks.py --pick-predictions vizier # GP-UCB-PE's per-pick predictions (aux) computed
 
 Each row also has the ask's CPU seconds (``cpu_s``): more than its wall time means threads that spin, and the
 seconds spent in the GP's ARD fit (``ard_fit_s``, tracing included).
@@ -68,7 +69,13 @@ def main() -> None:
     ap.add_argument("--blas-threads", type=int, default=1, help="Spica's limit is 1; 0 leaves OpenBLAS's own")
     ap.add_argument("--space", choices=("dense-disagg", "dense", "real"), default="dense-disagg",
                     help="dense-disagg: one study; dense, real: one study per branch of that space, in order")
+    ap.add_argument("--pick-predictions", choices=("none", "vizier"), default="none",
+                    help="none: Spica's (an ask skips them); vizier: Vizier's own, traced once per process")
     args = ap.parse_args()
+    if args.pick_predictions == "vizier":
+        from spica_core.search import vizier_private
+
+        vizier_private.without_pick_predictions = contextlib.nullcontext  # type: ignore[assignment]
     study_module.ARD_ITERATIONS_PER_TRIAL = args.ard_per_trial or study_module.ARD_MAX_ITERATIONS
     if not args.blas_threads:
         study_module.threadpool_limits = lambda **_: contextlib.nullcontext()  # type: ignore[assignment]
@@ -140,7 +147,8 @@ def main() -> None:
     for b in burners:
         b.join()
     steady = [r["wall_s"] for r in rows[1:]]
-    print(json.dumps({"space": args.space, "restarts": args.restarts, "ard_per_trial": args.ard_per_trial,
+    print(json.dumps({"space": args.space, "pick_predictions": args.pick_predictions, "restarts": args.restarts,
+                      "ard_per_trial": args.ard_per_trial,
                       "count": args.count,
                       "busy": args.busy, "blas_threads": args.blas_threads or "OpenBLAS default",
                       "median_ask_s": float(np.median(steady)), "rss_growth": rows[-1]["rss_mb"] / rows[1]["rss_mb"] - 1}))

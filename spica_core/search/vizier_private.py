@@ -4,7 +4,8 @@ The designers are imported from their own modules: ``vizier.algorithms.designers
 BOCS's cvxpy included, which Spica does not install. Vizier's designer API has no public way to reseed a warm designer before an ask (its ``_rng``), to score a
 finite pool with the feature converter a designer built (``_converter``), to replace a GP bandit's continuous
 acquisition search (``_optimize_acquisition``), or to build a padded array in numpy with a floor on the trial axis
-(``vizier._src.jax.types.PaddedArray`` and its private fields). They are used here and nowhere else; :func:`missing` lists those the
+(``vizier._src.jax.types.PaddedArray`` and its private fields), or to skip GP-UCB-PE's per-pick predictions
+for debugging metadata (its score functions' ``aux``). They are used here and nowhere else; :func:`missing` lists those the
 installed Vizier lacks, and a test runs it, so an upgrade that renames one fails loudly with the pinned
 version instead of deep inside a sweep.
 """
@@ -229,6 +230,46 @@ def _numpy_joins(eqx: Any) -> Any:
                            during_suggest=during_suggest)
 
 
+def _score_functions() -> tuple[type, type]:
+    """GP-UCB-PE's UCB and pure-exploration score functions (equinox modules)."""
+    from vizier._src.algorithms.designers.gp_ucb_pe import PEScoreFunction, UCBScoreFunction
+
+    return UCBScoreFunction, PEScoreFunction
+
+
+def _no_predictions(xs: Any, seed: Any = None) -> dict[str, Any]:
+    """NaN where a score function's ``aux`` gives the GP's mean and deviations, one per row of ``xs``."""
+    import jax.numpy as jnp
+
+    nan = jnp.full(xs.continuous.padded_array.shape[:-1], jnp.nan)
+    return {"mean": nan, "stddev": nan, "stddev_from_all": nan}
+
+
+def without_pick_predictions() -> Any:
+    """For the length of an ask, GP-UCB-PE's score functions predict nothing at a pick.
+
+    After each pick Vizier calls the score function's ``aux`` (the GP's mean and deviations there) only to write
+    them into the suggestion's debugging metadata, which Spica never reads. Each ``aux`` is a jax trace of its own
+    (the GP's predictive distribution through tensorflow-probability's shape inference), once per process: a
+    process's first ask took 12.1-12.7 s with them and 9.3-9.6 s without, steady asks unchanged
+    (bench/bench_asks.py --pick-predictions vizier|none, bench/results/no_pick_predictions_2026-12-05.log). Here ``aux`` is one plain function, the same object on every
+    pick, so its trivial trace is cached at once; the metadata reads NaN."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def swapped() -> Any:
+        kept = {cls: cls.__dict__["aux"] for cls in _score_functions()}
+        for cls in kept:
+            setattr(cls, "aux", staticmethod(_no_predictions))
+        try:
+            yield
+        finally:
+            for cls, aux in kept.items():
+                setattr(cls, "aux", aux)
+
+    return swapped()
+
+
 def finite_designers(jax: Any, gradient_free_optimizer: type) -> tuple[type, type, type]:
     """GP-UCB-PE and GP-bandit designers whose acquisition step scores the current pool, and GP-UCB-PE's
     acquisition optimizer (``FiniteSetOptimizer``). A designer finds the ask's choice (its pool and free
@@ -255,7 +296,7 @@ def finite_designers(jax: Any, gradient_free_optimizer: type) -> tuple[type, typ
         _get_predictive_all_features = numpy_joins.predictive_all_features
 
         def suggest(self, count: int | None = None) -> Any:
-            with numpy_joins.during_suggest():
+            with numpy_joins.during_suggest(), without_pick_predictions():
                 return super().suggest(count)
 
         def get_score_fn_on_trials(self, score_fn: Any) -> Callable[[Sequence[Any]], dict[str, Any]]:
@@ -325,6 +366,8 @@ def missing() -> list[str]:
             out.append("vizier._src.jax.types.PaddedArray.unpad")
     except ImportError:
         out.append("vizier._src.jax.types")
+    out += [f"vizier._src.algorithms.designers.gp_ucb_pe.{cls.__name__}.aux" for cls in _score_functions()
+            if "aux" not in cls.__dict__]  # swapped during an ask
     from vizier._src.algorithms.designers import gp_ucb_pe
 
     if getattr(gp_ucb_pe, "jnp", None) is None:  # the module's jax.numpy, swapped during an ask
@@ -333,4 +376,5 @@ def missing() -> list[str]:
 
 
 __all__ = ["PINNED", "POOL_PAD_FLOOR", "TRIAL_PAD_FLOOR", "designer_classes", "finite_designers", "missing",
-           "padded_array", "padded_pool", "padded_trials", "pool_features", "reseed", "numpy_padding"]
+           "padded_array", "padded_pool", "padded_trials", "pool_features", "reseed", "numpy_padding",
+           "without_pick_predictions"]
