@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/bench_search.py            # ~25 min on 2 cores; writes the files below
     .venv/bin/python bench/bench_search.py --quick    # a smoke run (1 seed, small budgets)
+    .venv/bin/python bench/bench_search.py --live     # only the timed sweeps on live replays (~5 min)
+    .venv/bin/python bench/bench_search.py --cli      # the dense and MoE timed sweeps as `spica sweep` runs
 
 Writes ``bench/results/search.json`` and the results section of ``docs/benchmarks.md``.
 
@@ -95,11 +97,15 @@ def make_trace(name: str, num_requests: int) -> Path:
                                osl=OSL, prefix_groups=24, prefix_blocks=8, seed=7)
 
 
+def config_dict(space: dict[str, Any], trace: Path, **sweep: Any) -> dict[str, Any]:
+    """A space's config, as a user would write it."""
+    return {"search_space": space, "workload": {"trace_path": str(trace)},
+            "goal": {"target": "goodput_per_gpu", "sla": SLA},
+            "sweep": {"parallel_evals": WORKERS, "candidates_per_round": PER_ROUND, "max_eval_seconds": 300, **sweep}}
+
+
 def make_config(space: dict[str, Any], trace: Path, **sweep: Any) -> SmartSearchConfig:
-    return SmartSearchConfig.from_dict({
-        "search_space": space, "workload": {"trace_path": str(trace)},
-        "goal": {"target": "goodput_per_gpu", "sla": SLA},
-        "sweep": {"parallel_evals": WORKERS, "candidates_per_round": PER_ROUND, "max_eval_seconds": 300, **sweep}})
+    return SmartSearchConfig.from_dict(config_dict(space, trace, **sweep))
 
 
 def sample_key(request: EvalRequest) -> str:
@@ -439,7 +445,18 @@ def main() -> None:
                          "into bench/results/search_live.json")
     ap.add_argument("--default-quality", action="store_true",
                     help="only DEFAULT's best ÷ optimum at 32 and 64 evaluations (5 seeds) and its live sweep, per space")
+    ap.add_argument("--cli", action="store_true",
+                    help="only the dense and MoE timed sweeps, each as `spica sweep` in a new process (share of the "
+                         "search stage outside replays), into bench/results/search_cli.json")
+    ap.add_argument("--runs", type=int, default=2, help="with --cli: measured sweeps per space")
+    ap.add_argument("--baseline", metavar="GIT_REF", help="with --cli: also measure this commit, interleaved")
     args = ap.parse_args()
+    if args.cli:
+        out = {"date": date.today().isoformat(),
+               "command": "python bench/bench_search.py --cli" + (f" --baseline {args.baseline}" if args.baseline else ""),
+               **cli_shares(args.runs, args.baseline)}
+        (RESULTS.parent / "search_cli.json").write_text(json.dumps(out, indent=2, default=str))
+        return
     if args.live:
         live_only()
         return
@@ -501,15 +518,48 @@ def default_quality() -> None:
             bench_space(name, space, trace, [0, 1, 2, 3, 4], [32, 64], pool, algorithms=("DEFAULT",))
 
 
-def ready_as_the_cli_is(pool: EvalPool) -> None:
-    """Start the workers and import jax and Vizier before the timed sweeps: `spica sweep` does both before its
-    search stage (the flow spawns the workers early, the CLI imports while Prefect's server starts), and their
-    cost is in the command-to-first-replay figure (bench_startup.py), not in a sweep's share. A process's first
-    GP ask still traces Vizier's GP inside the first timed sweep."""
+def ready_as_the_cli_is(pool: EvalPool, trace: bool = True) -> None:
+    """Get ready as `spica sweep` does before its search stage, in its order: import jax and Vizier, start
+    tracing GP-UCB-PE on a thread (``trace``; the CLI does for a DEFAULT sweep, which every timed sweep here is),
+    then start the workers. Their cost is in the command-to-first-replay figure (bench_startup.py), not in a
+    sweep's share. The first timed sweep starts as soon as the workers are ready, so the tracing has less of a
+    head start than in the CLI, where Prefect's server, the flow and the stages before the search come between."""
     from spica_core.search.study import warm_up
 
+    warm_up(trace=trace)
     pool.start()
-    warm_up()
+
+
+def cli_shares(runs: int = 2, baseline: str | None = None) -> dict[str, Any]:
+    """The timed sweeps of ``--live`` (dense and MoE, DEFAULT at 64 evaluations), each run as a user runs it:
+    ``spica sweep CONFIG`` in a new process, after one warm-up sweep of the same config (profile and compile
+    caches filled). Per run: the search stage's wall, Σ replay and share outside replays
+    (bench_startup.search_share); ``baseline``: a git ref measured interleaved with this checkout."""
+    import yaml
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_startup import _export, measure_startup
+
+    trace = make_trace("shared_prefix_3000", 3000)
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="spica-cli-share-") as tmp:
+        trees = {"current": ROOT}
+        if baseline:
+            trees = {f"baseline {baseline}": _export(baseline, Path(tmp) / "baseline"), **trees}
+        for name, space in SPACES.items():
+            branches = enumerate_branches(make_config(space, trace)).branches
+            path = Path(tmp) / f"{name}.yaml"
+            path.write_text(yaml.safe_dump(config_dict(space, trace, max_rounds=rounds_for(64, len(branches)))))
+            measured = measure_startup(str(path), runs=runs, full=True, trees=trees)
+            for tree, result in measured.get("trees", {"current": measured}).items():
+                splits = [r.get("search") for r in result["runs"]]
+                out.setdefault(tree, {})[name] = {
+                    "runs": splits, "first_replay_runs_s": result["first_replay_runs_s"],
+                    "wall_runs_s": [r["wall_s"] for r in result["runs"]],
+                    "outside_replay_ratio_runs": [s and s["outside_replay_ratio"] for s in splits]}
+                print(f"[cli {name}] {tree}: shares {out[tree][name]['outside_replay_ratio_runs']}, "
+                      f"command walls {out[tree][name]['wall_runs_s']}", flush=True)
+    return out
 
 
 def live_only() -> None:

@@ -6,7 +6,9 @@
 
 Prints one JSON object on stdout: ``first_replay_s`` (per measured run, and their median) and ``breakdown``
 (the median of each stage over the measured runs), plus ``cli`` (``spica --help`` wall time and the
-``python -X importtime -c "import spica_cli.main"`` total). Progress lines go to stderr.
+``python -X importtime -c "import spica_cli.main"`` total). Progress lines go to stderr. A run that finishes
+(``--full``) also gives ``search``: its search stage's wall, Σ replay and share outside replays
+(:func:`search_share`; ``bench_search.py --cli`` runs the dense and MoE sweeps this way).
 
 What is measured. Each run is ``.venv/bin/spica sweep CONFIG --run-dir <fresh temp dir>`` in a subprocess.
 "Command start" is the moment just before this script starts that subprocess; "first replay" is the
@@ -71,7 +73,7 @@ _WRAP: dict[str, list[tuple[str, str]]] = {
                     ("round_task", "round_task"), ("branch_task", "branch_task"), ("search_task", "search_task"),
                     ("rank_task", "rank")],
     "prefect.flows": [("Flow.__call__", "flow_call")],
-    "spica_core.search.study": [("_runtime", "vizier_runtime")],
+    "spica_core.search.study": [("_runtime", "vizier_runtime"), ("trace_gp", "trace_gp")],
     "spica_core.evaluate.pool": [("_worker_main", "worker_main"), ("evaluate_in_worker", "evaluate_in_worker"),
                                  ("EvalPool.start", "pool_start"),
                                  ("EvalPool.evaluate_batch", "first_request_to_evaluator"),
@@ -267,12 +269,14 @@ def breakdown(marks: list[dict[str, Any]], t0: float, main_pid: int) -> dict[str
                                    span(worker, "python_started", "worker_ready")),
         "worker_import_dynamo_core": span(worker, "import dynamo._core:start", "import dynamo._core:end"),
         "first_request_to_replay": span(worker, "evaluate_one:start", "replay:start"),
+        "trace_gp": span(main, "trace_gp:start", "trace_gp:end"),  # on its thread (a rapid DEFAULT sweep)
     }
     milestones = {
         "flow_called": at(main, "flow_call:start"),
         "first_request_to_evaluator": at(main, "first_request_to_evaluator:start"),
         "worker_ready": at(worker, "worker_ready"),
         "first_replay": at(worker, "replay:start"),
+        "trace_gp_done": at(main, "trace_gp:end"),
     }
     offsets: dict[str, float] = {}
     for m in main + worker:
@@ -280,6 +284,32 @@ def breakdown(marks: list[dict[str, Any]], t0: float, main_pid: int) -> dict[str
         offsets.setdefault(key, round(m["t"] - t0, 3))
     return {"first_replay_s": milestones["first_replay"], "stages": stages, "milestones": milestones,
             "workers_started": len(worker_pids), "at": dict(sorted(offsets.items(), key=lambda kv: kv[1]))}
+
+
+def search_share(marks: list[dict[str, Any]], main_pid: int, run_dir: Path) -> dict[str, Any] | None:
+    """The search stage of a finished ``spica sweep``, split as bench_search.py splits its in-process sweeps:
+    wall from the search task's start to its end (CLI process marks), summed replay seconds and evaluations from
+    the run's ``trials.parquet``, and the share of that wall outside replays, 1 − (Σ replay ÷ workers) ÷ wall,
+    with ``workers`` the distinct worker processes that replayed."""
+    main = [m for m in marks if m["pid"] == main_pid]
+    start, end = _first(main, "search_task:start"), _first(main, "search_task:end")
+    trials = run_dir / "trials.parquet"
+    if start is None or end is None or not trials.exists():
+        return None
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(trials, columns=["replay_seconds", "cache_hit", "suggested_by"]).to_pylist()
+    workers = len({m["pid"] for m in marks if m["name"] == "replay:start" and m["pid"] != main_pid}) or 1
+    replay = sum(r["replay_seconds"] or 0.0 for r in table)
+    wall = end - start
+    methods: dict[str, int] = {}
+    for r in table:
+        methods[r["suggested_by"]] = methods.get(r["suggested_by"], 0) + 1
+    return {"evaluations": len(table), "cache_hits": sum(bool(r["cache_hit"]) for r in table), "workers": workers,
+            "wall_s": round(wall, 3), "replay_s": round(replay, 3),
+            "outside_replay_ratio": round(1 - replay / workers / wall, 4), "methods": methods,
+            "trace_gp_done_after_search_start_s": (None if _first(main, "trace_gp:end") is None else
+                                                    round(_first(main, "trace_gp:end") - start, 3))}
 
 
 def _tree_env(base: dict[str, str], tree: Path) -> dict[str, str]:
@@ -319,8 +349,11 @@ def run_once(config: str, env: dict[str, str], tmp: Path, label: str, stop_at_re
         os.killpg(proc.pid, signal.SIGKILL)
     _out, err = proc.communicate()
     wall = time.time() - t0
-    result = breakdown(_read_marks(marks), t0, proc.pid)
+    read = _read_marks(marks)
+    result = breakdown(read, t0, proc.pid)
     result.update(exit_code=proc.returncode, wall_s=round(wall, 3), stopped_at_first_replay=stopped)
+    if not stopped:
+        result["search"] = search_share(read, proc.pid, run_dir)
     if proc.returncode not in (0, 1) and not stopped:
         result["stderr_tail"] = err.splitlines()[-5:]
     print(f"[startup] {tree.name} {label}: first replay at {result['first_replay_s']} s, exit {proc.returncode}, "

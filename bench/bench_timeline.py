@@ -4,6 +4,7 @@
     .venv/bin/python bench/bench_timeline.py            # the real-trace case of bench_search.py (~80 s)
     .venv/bin/python bench/bench_timeline.py dense      # or one of its generated-trace spaces (dense, moe)
     .venv/bin/python bench/bench_timeline.py dense --runs 2   # twice in one process: the second run is warm
+    .venv/bin/python bench/bench_timeline.py dense --no-trace # without tracing GP-UCB-PE while getting ready
 
 The share of bench_search.py counts idle time only as a total; this shows which asks (a branch's first, a
 cache clear, a long ARD fit) leave the workers without work.
@@ -91,9 +92,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("case", nargs="?", default="real", choices=("real", *bs.SPACES))
     ap.add_argument("--runs", type=int, default=1, help="the case this many times in one process (later ones warm)")
+    ap.add_argument("--no-trace", action="store_true",
+                    help="get ready without tracing GP-UCB-PE ahead (as spica sweep did before it did)")
     args = ap.parse_args()
     with EvalPool(bs.WORKERS, max_eval_seconds=600) as pool:
-        bs.ready_as_the_cli_is(pool)
+        bs.ready_as_the_cli_is(pool, trace=not args.no_trace)
         current: list[Timeline] = []
         instrument(current)
         for run in range(args.runs):

@@ -114,11 +114,13 @@ _FIRST_IMPORTS = ("prefect.flow_engine", "prefect.task_engine", "prefect.utiliti
 def _warm_up(config: SmartSearchConfig) -> None:
     """What the sweep imports before its first replay anyway, imported while Prefect's temporary server comes up
     (a separate process, which the main process would otherwise wait for): :data:`_FIRST_IMPORTS` and, for a
-    rapid sweep, jax and Vizier (the first ask). Best effort: what fails here fails again where it is used,
+    rapid sweep, jax and Vizier (the first ask). A rapid DEFAULT sweep of one objective also starts tracing
+    GP-UCB-PE on a thread (study.warm_up), which jax does once per process: 3-4 s alone, which the first model
+    ask would otherwise spend while the workers wait. Best effort: what fails here fails again where it is used,
     with that stage's message."""
     import importlib
 
-    from spica_core.config.model import SweepPolicy
+    from spica_core.config.model import SweepPolicy, VizierAlgorithm
 
     for name in _FIRST_IMPORTS:
         try:
@@ -128,7 +130,7 @@ def _warm_up(config: SmartSearchConfig) -> None:
     if config.sweep.policy is SweepPolicy.rapid:
         from spica_core.search.study import warm_up
 
-        warm_up()
+        warm_up(trace=config.sweep.algorithm is VizierAlgorithm.DEFAULT and not config.goal.is_pareto)
 
 
 def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: int | None = None,

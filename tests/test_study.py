@@ -406,3 +406,89 @@ def test_gp_ucb_pe_ard_fit_is_capped_by_the_trial_count_in_scipy(monkeypatch: py
     study.sync(filled(SMALL, "DEFAULT", seed=3, n=24).trials)
     study.suggest(2, step=2, pool=SMALL_POOL, allowed=free_of(study, SMALL_POOL))
     assert runs and {cap for cap, _ in runs} == {500}
+
+
+@pytest.mark.slow
+def test_traced_gp_leaves_a_branch_s_first_model_ask_nothing_to_trace(caplog: pytest.LogCaptureFixture) -> None:
+    """``trace_gp`` traces GP-UCB-PE on a made-up study of its own: a branch's first model ask (another space,
+    another pool) then traces none of the GP again; after a clear of jax's caches the same ask traces it all."""
+    import logging
+
+    from spica_core.search.study import _runtime, trace_gp
+
+    rt = _runtime()
+
+    def traced_by_first_ask() -> list[str]:
+        study = filled(PARAMS, "DEFAULT", seed=2, n=4)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="jax._src.dispatch"), rt.jax.log_compiles(True):
+            picks = study.suggest(3, step=1, pool=POOL, allowed=free_of(study, POOL), pending=[POOL[-1]])
+        assert len(picks) == 3
+        return [r.getMessage() for r in caplog.records if r.getMessage().startswith("Finished tracing")]
+
+    rt.jax.clear_caches()
+    cold = traced_by_first_ask()
+    rt.jax.clear_caches()
+    trace_gp()
+    assert len(cold) > 20 and traced_by_first_ask() == []
+
+
+@pytest.mark.slow
+def test_tracing_on_a_thread_waits_for_a_model_ask_and_the_interpreter_waits_for_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warm-up's tracing holds the process's one model-ask lock (never beside an ask), runs once per process,
+    and its thread is not a daemon: the interpreter would otherwise stop it inside jax at exit, which aborts the
+    process."""
+    from spica_core.search import study as study_module
+
+    monkeypatch.setattr(study_module, "_TRACING", [])
+    with study_module.MODEL_ASK:
+        thread = study_module.warm_up(trace=True)
+        assert thread is not None and not thread.daemon
+        thread.join(0.3)
+        assert thread.is_alive()  # waiting for the lock, not tracing
+        assert study_module.warm_up(trace=True) is thread  # once per process
+    thread.join(120)
+    assert not thread.is_alive()
+    assert study_module.warm_up() is None
+
+
+def test_a_failed_trace_ahead_is_quiet(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Tracing ahead is best effort: a failure there prints nothing (the first model ask meets it again, with
+    its stage's message) and leaves the model-ask lock free."""
+    from spica_core.search import study as study_module
+
+    def broken() -> None:
+        raise RuntimeError("no GP today")
+
+    monkeypatch.setattr(study_module, "_TRACING", [])
+    monkeypatch.setattr(study_module, "trace_gp", broken)
+    thread = study_module.warm_up(trace=True)
+    assert thread is not None
+    thread.join(30)
+    assert not thread.is_alive() and not study_module.MODEL_ASK.locked()
+    assert "no GP today" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("sweep", "goal", "traced"), [
+    ({}, {}, True),  # rapid DEFAULT, one objective: the first model ask is GP-UCB-PE's
+    ({"algorithm": "GAUSSIAN_PROCESS_BANDIT"}, {}, False),
+    ({"algorithm": "RANDOM_SEARCH"}, {}, False),
+    ({}, {"target": "pareto"}, False),
+])
+def test_spica_sweep_traces_gp_ucb_pe_ahead_only_for_the_sweeps_that_ask_it(
+        monkeypatch: pytest.MonkeyPatch, sweep: dict[str, Any], goal: dict[str, Any], traced: bool) -> None:
+    from spica_cli import sweep as sweep_cli
+    from spica_core.config.model import SmartSearchConfig
+    from spica_core.search import study as study_module
+
+    asked: list[bool] = []
+    monkeypatch.setattr(study_module, "warm_up", lambda trace=False: asked.append(trace))
+    config = SmartSearchConfig.from_dict({
+        "search_space": {"model_name": "Qwen/Qwen3-32B", "hardware_sku": "h200_sxm", "gpu_budget": 8},
+        "workload": {"trace_path": "t.jsonl"}, "goal": goal, "sweep": sweep})
+    sweep_cli._warm_up(config)
+    assert asked == [traced]
+    asked.clear()
+    sweep_cli._warm_up(SmartSearchConfig.from_dict({**config.normalised(), "sweep": {**sweep, "policy": "thorough"}}))
+    assert asked == []  # a thorough sweep asks no model: nothing of jax is imported ahead

@@ -26,6 +26,7 @@ from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status
 from spica_core.evaluate.workers import POLL_S, Evaluator
 from spica_core.store import fingerprint
 from spica_core.search.costs import BATCH_ROUNDS, Costs
+from spica_core.search.study import MODEL_ASK
 from spica_core.search.suggesters import (
     ATTEMPT_CAP_FACTOR, SCALAR_METRIC, Proposal, Suggester, ThoroughSuggester, VizierSuggester, thorough_size,
 )
@@ -164,9 +165,6 @@ class Batch:
 
 WAIT: Final = "wait"  # the next ask needs outcomes that are still being evaluated
 ASK_POLL_S: Final = 0.05  # while an ask runs: how often the loop looks whether it is done
-# One model ask at a time in a process: jax's caches and the BLAS thread limit are process-wide, and two asks
-# would only share one GIL (each would end later than it does alone). Its time is counted from the lock.
-MODEL_ASK: Final = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -212,7 +210,9 @@ class _Running:
         a = self.ask
         started = time.perf_counter()
         try:
-            with MODEL_ASK if suggester.fits_model else contextlib.nullcontext():
+            # One model ask at a time (study.MODEL_ASK); its time is counted from the lock. An ask that knows no
+            # outcome fits no model (it space-fills), so it never waits for one, nor for the start's tracing.
+            with MODEL_ASK if suggester.fits_model and a.known else contextlib.nullcontext():
                 started = time.perf_counter()
                 self.proposals = suggester.suggest(len(a.rounds), a.known, a.pending, step=a.number,
                                                    costs=a.costs, exploit=a.exploit)

@@ -25,6 +25,7 @@ import logging
 import math
 import os
 import sys
+import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,10 +142,53 @@ def _release_compiled(jax: Any) -> None:
         pass
 
 
-def warm_up() -> None:
-    """Import jax and Vizier now (seconds), e.g. while something else starts; the GP designers load on the
-    first model ask (a study's first asks only space-fill)."""
+# One model ask at a time in a process: jax's caches and the BLAS thread limit are process-wide, and two asks
+# would only share one GIL (each would end later than it does alone).
+MODEL_ASK: Final = threading.Lock()
+
+
+_TRACING: list[threading.Thread] = []  # the process's one tracing thread, once started
+
+
+def warm_up(trace: bool = False) -> threading.Thread | None:
+    """Import jax and Vizier now (seconds), e.g. while something else starts. ``trace``: then also trace
+    GP-UCB-PE's code (:func:`trace_gp`) on a thread, once per process, and return that thread; it holds
+    :data:`MODEL_ASK`, so the sweep's first model ask finds the code traced or waits for it."""
     _runtime()
+    if not trace:
+        return None
+    if not _TRACING:
+        # Not a daemon: the interpreter waits for it at exit (a daemon thread stopped inside jax aborts the process).
+        _TRACING.append(threading.Thread(target=_trace_quietly, name="spica-trace-gp"))
+        _TRACING[0].start()
+    return _TRACING[0]
+
+
+def _trace_quietly() -> None:
+    """:func:`trace_gp`, best effort: what fails there fails again in the sweep's first model ask, with that
+    stage's message, instead of as a thread's traceback on the terminal."""
+    try:
+        trace_gp()
+    except Exception:  # noqa: BLE001 - see the docstring
+        logging.getLogger(__name__).debug("tracing GP-UCB-PE ahead failed", exc_info=True)
+
+
+def trace_gp() -> None:
+    """One GP-UCB-PE ask (a UCB pick, then exploration picks) on a small made-up study with the padded shapes of
+    a single-objective branch's first model asks: jax traces per process and keeps what it traced by shape, not
+    by study, so the sweep's own first ask then costs what a steady one does (about 1 s, not 3-9 s of tracing
+    while the workers wait). Its picks are thrown away."""
+    params = [Param("x", "float", bounds=(0.0, 1.0)), Param("n", "discrete", values=(1, 2, 4, 8)),
+              Param("c", "categorical", values=("a", "b", "c"))]
+    rng = np.random.default_rng(0)
+    pool = [{"x": float(rng.random()), "n": int(rng.choice([1, 2, 4, 8])), "c": str(rng.choice(["a", "b", "c"]))}
+            for _ in range(64)]
+    study = Study(params, seed=0)
+    for raw in pool[:4]:
+        study.complete(raw, {"objective": raw["x"] * raw["n"] + (raw["c"] == "b")})
+    allowed = [False] * 6 + [True] * (len(pool) - 6)
+    with MODEL_ASK:
+        study.suggest(4, step=1, pool=pool, allowed=allowed, pending=pool[4:6], exploit=True)
 
 
 def ard_iterations(trials: int) -> int:
@@ -558,4 +602,4 @@ def _plain_number(value: Any) -> int | float:
     return int(number) if number.is_integer() else number
 
 
-__all__ = ["Study", "TrialRecord", "warm_up", "ALGORITHMS", "GP_ALGORITHMS", "CONSTANT_PARAM", "derive_seed", "ard_iterations"]
+__all__ = ["Study", "TrialRecord", "warm_up", "trace_gp", "MODEL_ASK", "ALGORITHMS", "GP_ALGORITHMS", "CONSTANT_PARAM", "derive_seed", "ard_iterations"]
