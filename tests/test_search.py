@@ -535,3 +535,27 @@ def test_branches_searched_together_ask_what_each_asks_alone_and_share_the_worke
     assert [len(r.trials) for r in together] == [4, 4]
     last_agg_back = max(pool.back[t] for t, (mode, _) in pool.sent.items() if mode == "agg")
     assert any(mode == "disagg" and sent < last_agg_back for mode, sent in pool.sent.values()), pool.sent
+
+
+def test_a_space_filling_ask_never_waits_for_the_model_ask_lock() -> None:
+    """A GP branch's first asks know no outcome and only space-fill: they run while the process's model-ask lock
+    is held (by the start's tracing of GP-UCB-PE, or another branch's ask); an ask that knows outcomes waits."""
+    from spica_core.search import rounds
+    from spica_core.search.study import MODEL_ASK
+
+    class Fits:
+        fits_model = True
+
+        def suggest(self, count: int, *args: Any, **kwargs: Any) -> list[Any]:
+            return ["proposal"] * count
+
+    def ask(known: list[Any]) -> Any:
+        return rounds._Ask(number=0, first=0, rounds=(0, 0), known=known, pending=[],
+                           costs=search_costs.Costs.of([], 2), exploit=True)
+
+    with MODEL_ASK:
+        blind = ask([]).start(Fits())  # type: ignore[arg-type]
+        assert blind.done.wait(10) and blind.proposals == ["proposal", "proposal"]
+        informed = ask(["a known trial"]).start(Fits())  # type: ignore[arg-type]
+        assert not informed.done.wait(0.3)
+    assert informed.done.wait(10) and informed.proposals == ["proposal", "proposal"]
