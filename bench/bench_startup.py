@@ -36,6 +36,7 @@ Usable from ``bench/bench_search.py``: ``from bench_startup import measure_start
 from __future__ import annotations
 
 import argparse
+import collections
 import functools
 import json
 import os
@@ -302,14 +303,12 @@ def search_share(marks: list[dict[str, Any]], main_pid: int, run_dir: Path) -> d
     workers = len({m["pid"] for m in marks if m["name"] == "replay:start" and m["pid"] != main_pid}) or 1
     replay = sum(r["replay_seconds"] or 0.0 for r in table)
     wall = end - start
-    methods: dict[str, int] = {}
-    for r in table:
-        methods[r["suggested_by"]] = methods.get(r["suggested_by"], 0) + 1
+    traced = _first(main, "trace_gp:end")
     return {"evaluations": len(table), "cache_hits": sum(bool(r["cache_hit"]) for r in table), "workers": workers,
             "wall_s": round(wall, 3), "replay_s": round(replay, 3),
-            "outside_replay_ratio": round(1 - replay / workers / wall, 4), "methods": methods,
-            "trace_gp_done_after_search_start_s": (None if _first(main, "trace_gp:end") is None else
-                                                    round(_first(main, "trace_gp:end") - start, 3))}
+            "outside_replay_ratio": round(1 - replay / workers / wall, 4),
+            "methods": dict(collections.Counter(r["suggested_by"] for r in table)),
+            "trace_gp_done_after_search_start_s": None if traced is None else round(traced - start, 3)}
 
 
 def _tree_env(base: dict[str, str], tree: Path) -> dict[str, str]:

@@ -115,7 +115,7 @@ def _warm_up(config: SmartSearchConfig) -> None:
     """What the sweep imports before its first replay anyway, imported while Prefect's temporary server comes up
     (a separate process, which the main process would otherwise wait for): :data:`_FIRST_IMPORTS` and, for a
     rapid sweep, jax and Vizier (the first ask). A rapid DEFAULT sweep of one objective also starts tracing
-    GP-UCB-PE on a thread (study.warm_up), which jax does once per process: 3-4 s alone, which the first model
+    GP-UCB-PE on a thread (study.warm_up), which jax does once per process: 4-6 s alone, which the first model
     ask would otherwise spend while the workers wait. Best effort: what fails here fails again where it is used,
     with that stage's message."""
     import importlib
