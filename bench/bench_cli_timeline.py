@@ -46,8 +46,12 @@ def main() -> None:
         print(f"worker {pid}: gaps over 0.15 s (from, length) {gaps}, idle at the end {(end - start) - last:.2f} s")
     print(f"idle worker-s {idle:.2f} of {len(replays) * (end - start):.2f}")
     for m in marks:
-        if m["pid"] == main_pid and m["name"].startswith("trace_gp"):
+        if m["name"].startswith("trace_gp") or m["pid"] == main_pid and m["name"].startswith("ask:"):
             print(m["name"], round(m["t"] - start, 2))
+    if "--events" in sys.argv:  # every worker's evaluation and replay marks in the search stage
+        for m in marks:
+            if m["pid"] != main_pid and start <= m["t"] <= end and m["name"].split(":")[0] in ("evaluate_one", "replay"):
+                print(m["pid"], m["name"], round(m["t"] - start, 3))
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ from spica_core.config.model import SmartSearchConfig  # noqa: E402
 from spica_core.evaluate import EvalPool, EvalRequest, Outcome, SequentialEvaluator  # noqa: E402
 from examples.make_traces import write_poisson_trace  # noqa: E402
 from spica_core.search import (  # noqa: E402
-    EvalCache, SearchContext, Tally, Trial, search_branches, thorough_proposals,
+    EvalCache, SearchContext, Tally, Trial, optimizer_for, optimizer_process, search_branches, thorough_proposals,
 )
 from spica_core.space.branches import Branch, enumerate_branches  # noqa: E402
 
@@ -189,8 +189,9 @@ class SweepRun:
 
 def sweep(config: SmartSearchConfig, branches: Sequence[Branch], trace: Path, evaluator: Any,
           on_result: Any = None) -> SweepRun:
-    """The flow's search stage without Prefect: the branches side by side, each to its end."""
-    context = SearchContext(config, str(trace), None)
+    """The flow's search stage without Prefect: the branches side by side, each to its end, the studies in the
+    optimizer process as the flow's are."""
+    context = SearchContext(config, str(trace), None, optimizer=optimizer_for(config))
     started = time.perf_counter()
     results = search_branches(branches, context, evaluator, EvalCache(), (), on_result)
     return SweepRun([t for r in results for t in r.trials], time.perf_counter() - started)
@@ -292,11 +293,12 @@ def bench_real(pool: EvalPool) -> dict[str, Any]:
 
 
 def bench_rss(space: dict[str, Any], trace: Path, evaluator: Any, suggestions: int) -> dict[str, Any]:
-    """RSS of this process over ``suggestions`` default-designer suggestions in the dense disagg branch (568
-    candidates; recorded outcomes or live replays), sampled every ``PER_ROUND`` trials."""
+    """RSS of the optimizer process (where the studies live) over ``suggestions`` default-designer suggestions in
+    the dense disagg branch (568 candidates; recorded outcomes or live replays), sampled every ``PER_ROUND``
+    trials."""
     config = make_config(space, trace, max_rounds=suggestions // PER_ROUND)
     branches = [b for b in enumerate_branches(config).branches if b.mode == "disagg"]
-    proc, rss = psutil.Process(), []
+    proc, rss = psutil.Process(optimizer_process().pid), []
 
     def sample(trial: Trial) -> None:
         if (trial.trial + 1) % PER_ROUND == 0:
@@ -519,14 +521,13 @@ def default_quality() -> None:
 
 
 def ready_as_the_cli_is(pool: EvalPool, trace: bool = True) -> None:
-    """Get ready as `spica sweep` does before its search stage, in its order: import jax and Vizier, start
-    tracing GP-UCB-PE on a thread (``trace``; the CLI does for a DEFAULT sweep, which every timed sweep here is),
-    then start the workers. Their cost is in the command-to-first-replay figure (bench_startup.py), not in a
-    sweep's share. The first timed sweep starts as soon as the workers are ready, so the tracing has less of a
-    head start than in the CLI, where Prefect's server, the flow and the stages before the search come between."""
-    from spica_core.search.study import warm_up
-
-    warm_up(trace=trace)
+    """Get ready as `spica sweep` does before its search stage, in its order: start the optimizer process, which
+    imports jax and Vizier and traces GP-UCB-PE (``trace``; the CLI does for a DEFAULT sweep, which every timed
+    sweep here is), then start the workers. Their cost is in the command-to-first-replay figure
+    (bench_startup.py), not in a sweep's share. The first timed sweep starts as soon as the workers are ready, so
+    the tracing has less of a head start than in the CLI, where Prefect's server, the flow and the stages before
+    the search come between."""
+    optimizer_process(trace=trace)
     pool.start()
 
 

@@ -75,6 +75,7 @@ _WRAP: dict[str, list[tuple[str, str]]] = {
                     ("rank_task", "rank")],
     "prefect.flows": [("Flow.__call__", "flow_call")],
     "spica_core.search.study": [("_runtime", "vizier_runtime"), ("trace_gp", "trace_gp")],
+    "spica_core.search.rounds": [("_Running.run", "ask")],
     "spica_core.evaluate.pool": [("_worker_main", "worker_main"), ("evaluate_in_worker", "evaluate_in_worker"),
                                  ("EvalPool.start", "pool_start"),
                                  ("EvalPool.evaluate_batch", "first_request_to_evaluator"),
@@ -303,7 +304,7 @@ def search_share(marks: list[dict[str, Any]], main_pid: int, run_dir: Path) -> d
     workers = len({m["pid"] for m in marks if m["name"] == "replay:start" and m["pid"] != main_pid}) or 1
     replay = sum(r["replay_seconds"] or 0.0 for r in table)
     wall = end - start
-    traced = _first(main, "trace_gp:end")
+    traced = _first(marks, "trace_gp:end")  # in the optimizer process (before: the CLI's)
     return {"evaluations": len(table), "cache_hits": sum(bool(r["cache_hit"]) for r in table), "workers": workers,
             "wall_s": round(wall, 3), "replay_s": round(replay, 3),
             "outside_replay_ratio": round(1 - replay / workers / wall, 4),

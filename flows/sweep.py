@@ -9,7 +9,9 @@ from spica_core.errors import SpicaError
 from spica_core.evaluate import make_evaluator
 from spica_core.run import lock
 from spica_core.run.catalog import StageName
-from spica_core.search import EvalCache, SearchContext, SweepProgress, SweepSummary, Tally, Trial, round_plan
+from spica_core.search import (
+    EvalCache, SearchContext, SweepProgress, SweepSummary, Tally, Trial, optimizer_for, round_plan,
+)
 from tasks.emit import emit_task
 from tasks.load_predictor import load_predictor_task
 from tasks.search import rank_task, search_task, stored_trials
@@ -59,12 +61,14 @@ def sweep(config: SmartSearchConfig | None = None, config_path: str | None = Non
 def _search_and_rank(run: ValidatedRun, show_progress: bool) -> SweepSummary:
     config = run.search_config
     sweep_config = config.sweep
+    # Its studies' process imports and traces while the stages before the search run (`spica sweep` started it).
+    optimizer = optimizer_for(config)
     # Opened first, so that a cluster that cannot be reached fails the run before any stage's work.
     with make_evaluator(sweep_config.workers, sweep_config.max_eval_seconds, sweep_config.cluster) as evaluator:
         branch_set = kv_filter_task(enumerate_branches_task(config, run.run_dir), run.run_dir)
         predictor = load_predictor_task(run)
         context = SearchContext(config, str(run.trace_file) if run.trace_file else None, predictor,
-                                warm_start=run.warm_start)
+                                warm_start=run.warm_start, optimizer=optimizer)
         done = stored_trials(run.run_dir, context)  # a resumed run starts from what is already done
         cache = EvalCache.of(done)
         _, target = round_plan(branch_set.branches, config)

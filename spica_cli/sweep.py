@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any, Protocol, Sequence, TextIO
 from spica_cli.exits import EXIT_NO_RESULT, EXIT_OK
 
 if TYPE_CHECKING:  # (imported when a sweep runs: `spica show` and the tests need none of the engines)
-    from spica_core.config.model import SmartSearchConfig
     from spica_core.deployment import Candidate
     from spica_core.run.catalog import SetAside
     from spica_core.search import SweepSummary, Tally
@@ -111,26 +110,17 @@ _FIRST_IMPORTS = ("prefect.flow_engine", "prefect.task_engine", "prefect.utiliti
                   "fastapi.encoders", "pandas")
 
 
-def _warm_up(config: SmartSearchConfig) -> None:
+def _warm_up() -> None:
     """What the sweep imports before its first replay anyway, imported while Prefect's temporary server comes up
-    (a separate process, which the main process would otherwise wait for): :data:`_FIRST_IMPORTS` and, for a
-    rapid sweep, jax and Vizier (the first ask). A rapid DEFAULT sweep of one objective also starts tracing
-    GP-UCB-PE on a thread (study.warm_up), which jax does once per process: 4-6 s alone, which the first model
-    ask would otherwise spend while the workers wait. Best effort: what fails here fails again where it is used,
-    with that stage's message."""
+    (a separate process, which the main process would otherwise wait for): :data:`_FIRST_IMPORTS`. Best effort:
+    what fails here fails again where it is used, with that stage's message."""
     import importlib
-
-    from spica_core.config.model import SweepPolicy, VizierAlgorithm
 
     for name in _FIRST_IMPORTS:
         try:
             importlib.import_module(name)
         except ImportError:
             pass
-    if config.sweep.policy is SweepPolicy.rapid:
-        from spica_core.search.study import warm_up
-
-        warm_up(trace=config.sweep.algorithm is VizierAlgorithm.DEFAULT and not config.goal.is_pareto)
 
 
 def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: int | None = None,
@@ -140,9 +130,12 @@ def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: i
 
     # Prefect's temporary server takes seconds to start: its process starts importing now (api_server.py).
     prestart_api()
+    from spica_core.evaluate.evaluators import discard_held_workers, prestart_workers
+
     try:
         from spica_core.run import lock
         from spica_core.run.identity import locate
+        from spica_core.search.optimizer import optimizer_for
 
         # SIGINT / SIGTERM stop the sweep within seconds, workers and Prefect's server included (signals.py).
         with stoppable() as guard:
@@ -155,11 +148,17 @@ def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: i
 
                 check_reachable(located.config.sweep.cluster)
             guard.run_dir = lock.acquire(located.folder)
+            # Started now, so they import while Prefect's server starts and the flow runs its first stages; the
+            # flow finds them running: a rapid sweep's optimizer process, which imports jax and Vizier and traces
+            # GP-UCB-PE (search/optimizer.py), and the local replay workers (evaluate/evaluators.py).
+            optimizer_for(located.config)
+            if not located.config.sweep.cluster:
+                prestart_workers(located.config.sweep.workers)
             guard.start_api()
             from flows.sweep import sweep
             from tasks.notices import listening
 
-            _warm_up(located.config)
+            _warm_up()
             guard.watch_api()
             with listening(print_set_aside):  # an artifact moved aside and recomputed: one line each
                 summary = sweep(config_path=config_path, runs_root=runs_root,  # type: ignore[arg-type]
@@ -168,4 +167,5 @@ def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: i
             print(render_summary(summary))
     finally:
         discard_held()  # a sweep that failed before releasing it
+        discard_held_workers()  # workers spawned for a sweep that failed before taking them
     return EXIT_OK if summary.ranking else EXIT_NO_RESULT

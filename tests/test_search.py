@@ -537,25 +537,21 @@ def test_branches_searched_together_ask_what_each_asks_alone_and_share_the_worke
     assert any(mode == "disagg" and sent < last_agg_back for mode, sent in pool.sent.values()), pool.sent
 
 
-def test_a_space_filling_ask_never_waits_for_the_model_ask_lock() -> None:
-    """A GP branch's first asks know no outcome and only space-fill: they run while the process's model-ask lock
-    is held (by the start's tracing of GP-UCB-PE, or another branch's ask); an ask that knows outcomes waits."""
+def test_an_ask_s_recorded_seconds_leave_out_its_wait_for_another_model_ask() -> None:
+    """Model asks take turns (study.MODEL_ASK): what an ask records, and Costs reads, is what it cost, not its
+    wait for the turn (the start's tracing, or another branch's ask)."""
     from spica_core.search import rounds
-    from spica_core.search.study import MODEL_ASK
 
-    class Fits:
+    class Waits:
         fits_model = True
+        waited = 0.0
 
         def suggest(self, count: int, *args: Any, **kwargs: Any) -> list[Any]:
+            time.sleep(0.5)
+            self.waited = 0.4  # of which 0.4 s waiting for the turn
             return ["proposal"] * count
 
-    def ask(known: list[Any]) -> Any:
-        return rounds._Ask(number=0, first=0, rounds=(0, 0), known=known, pending=[],
-                           costs=search_costs.Costs.of([], 2), exploit=True)
-
-    with MODEL_ASK:
-        blind = ask([]).start(Fits())  # type: ignore[arg-type]
-        assert blind.done.wait(10) and blind.proposals == ["proposal", "proposal"]
-        informed = ask(["a known trial"]).start(Fits())  # type: ignore[arg-type]
-        assert not informed.done.wait(0.3)
-    assert informed.done.wait(10) and informed.proposals == ["proposal", "proposal"]
+    running = rounds._Ask(number=1, first=2, rounds=(0, 0), known=["a known trial"], pending=[],  # type: ignore[list-item]
+                          costs=search_costs.Costs.of([], 2), exploit=True).start(Waits())  # type: ignore[arg-type]
+    assert running.done.wait(10) and running.proposals == ["proposal", "proposal"]
+    assert 0.05 <= running.seconds < 0.3

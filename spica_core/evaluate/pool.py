@@ -12,16 +12,16 @@ grace, because a worker deep in a Rust replay may not react to SIGTERM.
 """
 from __future__ import annotations
 
-import contextlib
 import multiprocessing as mp
 import os
 import signal
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from spica_core.children import start_child
 from spica_core.errors import SpicaError, WorkerStoppedError
 from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status, evaluate_in_worker, evaluate_one
 from spica_core.evaluate.workers import (
@@ -58,21 +58,6 @@ def _worker_main(conn: Connection) -> None:
         return
 
 
-@contextlib.contextmanager
-def _sigint_blocked() -> Iterator[None]:
-    """Block SIGINT in this thread while a worker is forked: the child inherits the mask across exec, so it
-    ignores Ctrl-C before its first line of Python runs. A SIGINT meanwhile stays pending for the parent
-    (delivered when the mask is restored), unlike a temporary SIG_IGN, which would lose it."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
 class _Worker:
     def __init__(self, ctx: Any):
         parent, child = ctx.Pipe(duplex=True)
@@ -82,13 +67,7 @@ class _Worker:
         self.ready = False
 
     def start(self) -> None:
-        # The first spawn starts multiprocessing's resource tracker, which unblocks SIGINT in this thread on the
-        # way: start it before blocking.
-        from multiprocessing import resource_tracker
-
-        resource_tracker.ensure_running()
-        with _sigint_blocked():
-            self.proc.start()
+        start_child(self.proc)
         if self._child is not None:
             self._child.close()
             self._child = None

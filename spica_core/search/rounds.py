@@ -10,7 +10,6 @@ continues exactly where it stopped (``BranchSearch``).
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
 import threading
@@ -26,7 +25,7 @@ from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status
 from spica_core.evaluate.workers import POLL_S, Evaluator
 from spica_core.store import fingerprint
 from spica_core.search.costs import BATCH_ROUNDS, Costs
-from spica_core.search.study import MODEL_ASK
+from spica_core.search.optimizer import OptimizerProcess
 from spica_core.search.suggesters import (
     ATTEMPT_CAP_FACTOR, SCALAR_METRIC, Proposal, Suggester, ThoroughSuggester, VizierSuggester, thorough_size,
 )
@@ -53,12 +52,15 @@ class SearchContext:
     load_predictor: LoadPredictorResult | None
     profile_dir: str | None = None
     warm_start: WarmStart | None = None  # an earlier run's top candidates and trials (never their scores)
+    optimizer: OptimizerProcess | None = field(default=None, compare=False, repr=False)  # where studies live
     suggesters: dict[str, Suggester] = field(default_factory=dict, compare=False, repr=False)
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickled without the live suggesters (their designers hold compiled code); they are rebuilt."""
+        """Pickled without the live suggesters (their designers hold compiled code), which are rebuilt, nor the
+        optimizer process (a pipe): a copy elsewhere keeps its studies in its own process."""
         state = dict(self.__dict__)
         state["suggesters"] = {}
+        state["optimizer"] = None
         return state
 
     @cached_property
@@ -90,7 +92,8 @@ class SearchContext:
             made = VizierSuggester(branch, self.objectives(), pareto=self.config.goal.is_pareto,
                                    algorithm=sweep.algorithm.value, seed=sweep.seed,
                                    budget=sweep.max_rounds * sweep.per_round,
-                                   warm_start=self.warm_start.of_mode(branch.mode) if self.warm_start else None)
+                                   warm_start=self.warm_start.of_mode(branch.mode) if self.warm_start else None,
+                                   optimizer=self.optimizer)
         self.suggesters[branch.mode] = made
         return made
 
@@ -210,16 +213,13 @@ class _Running:
         a = self.ask
         started = time.perf_counter()
         try:
-            # One model ask at a time (study.MODEL_ASK); its time is counted from the lock. An ask that knows no
-            # outcome fits no model (it space-fills), so it never waits for one, nor for the start's tracing.
-            with MODEL_ASK if suggester.fits_model and a.known else contextlib.nullcontext():
-                started = time.perf_counter()
-                self.proposals = suggester.suggest(len(a.rounds), a.known, a.pending, step=a.number,
-                                                   costs=a.costs, exploit=a.exploit)
+            self.proposals = suggester.suggest(len(a.rounds), a.known, a.pending, step=a.number,
+                                               costs=a.costs, exploit=a.exploit)
         except BaseException as exc:  # noqa: BLE001 - raised again in the search loop's thread
             self.error = exc
         finally:
-            self.seconds = time.perf_counter() - started
+            # What the ask cost: model asks take turns (study.MODEL_ASK), and the turn's wait is not its cost.
+            self.seconds = time.perf_counter() - started - suggester.waited
             self.done.set()
 
     def batch(self) -> Batch | None:

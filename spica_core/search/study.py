@@ -26,6 +26,7 @@ import math
 import os
 import sys
 import threading
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,8 +144,8 @@ def _release_compiled(jax: Any) -> None:
 
 
 # One model ask at a time in a process: jax's caches and the BLAS thread limit are process-wide, and two asks
-# would only share one GIL (each would end later than it does alone).
-MODEL_ASK: Final = threading.Lock()
+# would only share one GIL (each would end later than it does alone). Re-entrant: the tracing holds it around an ask.
+MODEL_ASK: Final = threading.RLock()
 
 
 _TRACING: list[threading.Thread] = []  # the process's one tracing thread, once started
@@ -225,6 +226,7 @@ class Study:
         self._slot = _Slot()
         self._pool: _Pool | None = None
         self._unpadded_converter: Any = None
+        self.waited = 0.0  # seconds the last suggest waited for MODEL_ASK (not what the ask cost)
         for record in trials:
             self.complete(record.params, record.metrics, record.infeasible_reason, record.metadata)
         # A related earlier study (another trace): a GP bandit's prior, never one of this study's trials.
@@ -395,9 +397,11 @@ class Study:
         ``pending`` are the raw parameters of candidates being evaluated (the caller keeps them out of
         ``allowed``): GP-UCB-PE's exploration picks condition on them, and the Halton sequence moves past them.
         ``exploit``: GP-UCB-PE's first pick is UCB (else, with candidates pending, every pick explores).
+        A model ask takes :data:`MODEL_ASK` first; :attr:`waited` is how long it waited for it.
         """
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
+        self.waited = 0.0
         free = np.ones(len(pool), dtype=bool) if allowed is None else np.array(allowed, dtype=bool)
         if free.shape != (len(pool),):
             raise ValueError(f"allowed has {free.size} entries for a pool of {len(pool)}")
@@ -410,7 +414,10 @@ class Study:
                 rng = np.random.default_rng(derive_seed(self.seed, step))
                 choice.take(rng.permutation(np.flatnonzero(free))[:count])
             elif self.algorithm in GP_ALGORITHMS and self._trials and model:
-                self._model_suggest(choice, count, step, pending, exploit)
+                asked = time.perf_counter()
+                with MODEL_ASK:  # the tracing's, or another study's model ask (a space-filling ask never waits)
+                    self.waited = time.perf_counter() - asked
+                    self._model_suggest(choice, count, step, pending, exploit)
             if len(choice.taken) < count:  # quasi-random, a GP study's first batch, or a short answer
                 first_gp_batch = self.algorithm in GP_ALGORITHMS and not self._trials and not pending
                 self._space_filling(choice, count - len(choice.taken), centre=first_gp_batch, pending=len(pending))

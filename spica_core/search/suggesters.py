@@ -19,6 +19,7 @@ import numpy as np
 from spica_core.evaluate.evaluator import Status
 from spica_core.search.candidates import CandidateSpace, Proposal
 from spica_core.search.costs import Costs
+from spica_core.search.optimizer import OptimizerProcess, RemoteStudy
 from spica_core.search.study import GP_ALGORITHMS, Study, TrialRecord, derive_seed
 from spica_core.search.trials import Trial
 from spica_core.search.warm_start import WarmStart
@@ -38,6 +39,7 @@ class Suggester(Protocol):
     stalls: bool      # rounds count unique successes, and a round short of its target ends the branch (§6.5)
     fits_model: bool  # its asks fit a model, so they cost what Costs measures
     warm: list[int]   # candidates proposed before any other (an earlier run's top ones)
+    waited: float     # seconds its last suggest waited for another model ask to end (not what it cost)
 
     def suggest(self, count: int, known: Sequence[Trial], pending: Sequence[Proposal], step: int,
                 costs: Costs, exploit: bool = True) -> list[Proposal]: ...
@@ -54,7 +56,8 @@ class VizierSuggester:
     stalls = True
 
     def __init__(self, branch: Branch, objectives: Sequence[tuple[str, str]], *, pareto: bool, algorithm: str,
-                 seed: int, budget: int, warm_start: WarmStart | None = None):
+                 seed: int, budget: int, warm_start: WarmStart | None = None,
+                 optimizer: OptimizerProcess | None = None):
         self.space = CandidateSpace(branch)
         # An earlier run's top candidates, asked for first, and its trials as the study's prior; those
         # outside this space are skipped.
@@ -64,11 +67,16 @@ class VizierSuggester:
         self.budget = budget
         prior = [study_record(replace(t, params=self.space.raw(i)), pareto)
                  for t in earlier if t.status is Status.feasible and (i := self.space.index_of(t)) is not None]
-        self.study = Study(self.space.params, objectives=objectives, algorithm=algorithm, seed=seed, prior=prior)
+        # In the optimizer process when there is one (the sweep's), else in this process: the same picks.
+        open_study = optimizer.study if optimizer is not None else Study
+        self.study: Study | RemoteStudy = open_study(self.space.params, objectives=objectives, algorithm=algorithm,
+                                                     seed=seed, prior=prior)
         self.fits_model = self.study.algorithm in GP_ALGORITHMS
+        self.waited = 0.0
 
     def suggest(self, count: int, known: Sequence[Trial], pending: Sequence[Proposal], step: int,
                 costs: Costs, exploit: bool = True) -> list[Proposal]:
+        self.waited = 0.0
         mine = [t for t in known if t.mode == self.space.mode]
         seen = self.space.seen(mine) | {p.index for p in pending if p.index is not None}
         first = [i for i in self.warm if i not in seen][:count]
@@ -83,6 +91,7 @@ class VizierSuggester:
         method = self.method(mine, count, costs)
         picks = self.study.suggest(count, step, pool, allowed, model=method == "gp", pending=[p.raw for p in pending],
                                    exploit=exploit)
+        self.waited = self.study.waited
         return [self.space.proposal(indices[p], method) for p in picks]
 
     def method(self, trials: Sequence[Trial], count: int, costs: Costs) -> str:
@@ -125,6 +134,7 @@ class ThoroughSuggester:
 
     stalls = False
     fits_model = False
+    waited = 0.0
 
     def __init__(self, branch: Branch):
         self.space = CandidateSpace(branch)
