@@ -114,6 +114,11 @@ class WorkerStoppedError(SpicaError):
     """An evaluation worker was stopped by a signal from outside (not a crash of its candidate)."""
 
 
+class OptimizerStoppedError(SpicaError):
+    """The optimizer process (the sweep's studies) ended while the search still needed it: killed, or out of
+    memory. Finished evaluations are kept; re-running the sweep resumes."""
+
+
 class ClusterError(SpicaError):
     """The cluster in sweep.cluster (--cluster) cannot be reached, has no usable worker, or went away."""
 

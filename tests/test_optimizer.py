@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from spica_core.config.model import SmartSearchConfig
+from spica_core.errors import OptimizerStoppedError
 from spica_core.search import optimizer as optimizer_module
 from spica_core.search import (
-    EvalCache, OptimizerProcess, OptimizerStopped, SearchContext, Study, optimizer_for, optimizer_process,
+    EvalCache, OptimizerProcess, SearchContext, Study, optimizer_for, optimizer_process,
     search_branch,
 )
 from test_search import SPACE, branch_of, keep_the_model_on, make
@@ -101,7 +102,7 @@ def test_an_ended_optimizer_process_fails_its_asks_and_the_next_sweep_gets_a_new
     deadline = time.monotonic() + 10
     while process.alive and time.monotonic() < deadline:
         time.sleep(0.05)
-    with pytest.raises(OptimizerStopped, match="the optimizer process (ended|has stopped)"):
+    with pytest.raises(OptimizerStoppedError, match="the optimizer process (ended|has stopped)"):
         study.suggest(2, 1, SMALL_POOL)
     monkeypatch.setattr(optimizer_module, "_PROCESS", [process])
     fresh = optimizer_process()

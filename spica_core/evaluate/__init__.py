@@ -14,6 +14,7 @@ from spica_core.config.lazy import lazy_names
 _FROM: dict[str, str] = {
     **dict.fromkeys(("Band", "bands_from_dict", "bands_to_dict", "load_bands"), "bands"),
     **dict.fromkeys(("ClusterEvaluator",), "cluster"),
+    **dict.fromkeys(("sigint_blocked", "start_child"), "children"),
     **dict.fromkeys(("EvalRequest", "evaluate_one", "Outcome", "Status"), "evaluator"),
     **dict.fromkeys(("discard_held_workers", "make_evaluator", "prestart_workers"), "evaluators"),
     **dict.fromkeys(("find_headroom", "Headroom", "metrics_attainment"), "headroom"),
@@ -32,6 +33,7 @@ __getattr__, __dir__ = lazy_names(__name__, _FROM)
 
 if TYPE_CHECKING:  # what type checkers and editors see
     from spica_core.evaluate.bands import Band, bands_from_dict, bands_to_dict, load_bands
+    from spica_core.evaluate.children import sigint_blocked, start_child
     from spica_core.evaluate.cluster import ClusterEvaluator
     from spica_core.evaluate.evaluator import EvalRequest, evaluate_one, Outcome, Status
     from spica_core.evaluate.evaluators import discard_held_workers, make_evaluator, prestart_workers
@@ -46,7 +48,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
 
 __all__ = [
     "abandon_all", "avg_gpu", "Band", "bands_from_dict", "bands_to_dict", "candidate_metrics",
-    "ClusterEvaluator", "discard_held_workers", "prestart_workers", "EvalPool", "EvalRequest", "evaluate_one", "Evaluator", "find_headroom", "headline",
+    "ClusterEvaluator", "discard_held_workers", "prestart_workers", "sigint_blocked", "start_child", "EvalPool", "EvalRequest", "evaluate_one", "Evaluator", "find_headroom", "headline",
     "Headroom", "is_feasible", "load_bands", "make_evaluator", "metric_value", "metrics_attainment",
     "minimised", "objective_vector", "Outcome", "POLL_S", "raw_value", "replay_is_exact", "replay_spread",
     "score_report", "SequentialEvaluator", "signed", "sla_kwargs", "Status",

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from spica_core.children import start_child
 from spica_core.errors import SpicaError, WorkerStoppedError
+from spica_core.evaluate.children import start_child
 from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status, evaluate_in_worker, evaluate_one
 from spica_core.evaluate.workers import (
     ABANDONED, POLL_S, WorkerGroup, check_abandoned, evaluate_all, late, warm_engines,

@@ -13,7 +13,7 @@ from spica_core.config.lazy import lazy_names
 _FROM: dict[str, str] = {
     **dict.fromkeys(("FLOAT_LEVELS", "CandidateSpace"), "candidates"),
     **dict.fromkeys(("Costs",), "costs"),
-    **dict.fromkeys(("OptimizerProcess", "OptimizerStopped", "RemoteStudy", "optimizer_for", "optimizer_process",
+    **dict.fromkeys(("OptimizerProcess", "RemoteStudy", "optimizer_for", "optimizer_process",
                      "traces_ahead"), "optimizer"),
     **dict.fromkeys(("SweepProgress",), "progress"),
     **dict.fromkeys(("RankedCandidate", "Scored", "dominates", "pareto_front", "rank", "rank_trials"), "ranking"),
@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from spica_core.search.candidates import FLOAT_LEVELS, CandidateSpace
     from spica_core.search.costs import Costs
     from spica_core.search.optimizer import (
-        OptimizerProcess, OptimizerStopped, RemoteStudy, optimizer_for, optimizer_process, traces_ahead,
+        OptimizerProcess, RemoteStudy, optimizer_for, optimizer_process, traces_ahead,
     )
     from spica_core.search.progress import SweepProgress
     from spica_core.search.ranking import RankedCandidate, Scored, dominates, pareto_front, rank, rank_trials
@@ -54,7 +54,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
 
 __all__ = [
     "ATTEMPT_CAP_FACTOR", "Batch", "BranchResult", "BranchSearch", "CandidateSpace", "Costs", "EvalCache",
-    "FLOAT_LEVELS", "OptimizerProcess", "OptimizerStopped", "Proposal", "RankedCandidate", "RemoteStudy", "Scored",
+    "FLOAT_LEVELS", "OptimizerProcess", "Proposal", "RankedCandidate", "RemoteStudy", "Scored",
     "SearchContext", "Study", "Suggester", "SweepProgress", "SweepSummary", "Tally", "ThoroughSuggester", "Trial",
     "TrialRecord", "VizierSuggester", "WARM_TOP", "WarmStart", "cache_key", "derive_seed", "dominates",
     "finite_or_infeasible", "latest_run", "load_warm_start", "optimizer_for", "optimizer_process", "pareto_front",

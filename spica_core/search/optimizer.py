@@ -28,17 +28,13 @@ from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
-from spica_core.children import start_child
-from spica_core.errors import SpicaError
+from spica_core.errors import OptimizerStoppedError, SpicaError
+from spica_core.evaluate import start_child
 from spica_core.search.study import GP_ALGORITHMS, Goal, Study, TrialRecord, warm_up
 
 if TYPE_CHECKING:
     from spica_core.config.model import SmartSearchConfig
     from spica_core.space.params import Param
-
-
-class OptimizerStopped(SpicaError):
-    """The optimizer process ended while the search still needed it."""
 
 
 def traces_ahead(config: SmartSearchConfig) -> bool:
@@ -114,14 +110,14 @@ class OptimizerProcess:
         future: Future[Any] = Future()
         with self._sending:
             if self._ended is not None:
-                raise OptimizerStopped(f"the optimizer process has stopped ({self._ended})")
+                raise OptimizerStoppedError(f"the optimizer process has stopped ({self._ended})")
             number = next(self._ids)
             self._waiting[number] = future
             try:
                 self._conn.send((number, op, args))
             except (OSError, ValueError) as exc:  # the pipe is gone, or closed
                 self._waiting.pop(number, None)
-                raise OptimizerStopped(f"the optimizer process has stopped ({exc})") from exc
+                raise OptimizerStoppedError(f"the optimizer process has stopped ({exc})") from exc
         return future
 
     def call(self, op: str, *args: Any) -> Any:
@@ -141,7 +137,10 @@ class OptimizerProcess:
             else:
                 future.set_result(answer)
         self._proc.join(1.0)
-        stopped = OptimizerStopped(f"the optimizer process ended (exit code {self._proc.exitcode})")
+        stopped = OptimizerStoppedError(
+            f"the optimizer process, which holds the sweep's studies, ended (exit code {self._proc.exitcode}; a "
+            "negative code is the signal that killed it, -9 also when the system ran out of memory); finished "
+            "evaluations are kept: run the same command to resume")
         with self._sending:
             self._ended = stopped
             waiting, self._waiting = self._waiting, {}
@@ -178,7 +177,7 @@ class RemoteStudy:
         self._pool: Sequence[dict[str, Any]] | None = None
         self.waited = 0.0
         self._id: int = process.call("open", tuple(params), tuple(objectives), self.algorithm, self.seed, tuple(prior))
-        weakref.finalize(self, _forget, process, self._id)
+        weakref.finalize(self, _forget, process, self._id).atexit = False  # at exit the process ends anyway
 
     @property
     def fits_model(self) -> bool:
@@ -202,7 +201,7 @@ def _forget(process: OptimizerProcess, study: int) -> None:
     if process.alive:
         try:
             process.send("forget", study)
-        except OptimizerStopped:
+        except OptimizerStoppedError:
             pass
 
 
@@ -265,5 +264,5 @@ def _serve(conn: Connection) -> None:
         threading.Thread(target=answer, args=(number, op, args), name=f"spica-optimizer-{op}").start()
 
 
-__all__ = ["OptimizerProcess", "OptimizerStopped", "RemoteStudy", "optimizer_for", "optimizer_process",
+__all__ = ["OptimizerProcess", "RemoteStudy", "optimizer_for", "optimizer_process",
            "traces_ahead"]
