@@ -130,8 +130,6 @@ def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: i
 
     # Prefect's temporary server takes seconds to start: its process starts importing now (api_server.py).
     prestart_api()
-    from spica_core.evaluate.evaluators import discard_held_workers, prestart_workers
-
     try:
         from spica_core.run import lock
         from spica_core.run.identity import locate
@@ -148,12 +146,10 @@ def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: i
 
                 check_reachable(located.config.sweep.cluster)
             guard.run_dir = lock.acquire(located.folder)
-            # Started now, so they import while Prefect's server starts and the flow runs its first stages; the
-            # flow finds them running: a rapid sweep's optimizer process, which imports jax and Vizier and traces
-            # GP-UCB-PE (search/optimizer.py), and the local replay workers (evaluate/evaluators.py).
+            # A rapid sweep's studies live in the optimizer process: started now, it imports jax and Vizier and
+            # traces GP-UCB-PE while Prefect's server starts and the flow runs its first stages; the flow finds it
+            # running (search/optimizer.py).
             optimizer_for(located.config)
-            if not located.config.sweep.cluster:
-                prestart_workers(located.config.sweep.workers)
             guard.start_api()
             from flows.sweep import sweep
             from tasks.notices import listening
@@ -167,5 +163,4 @@ def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: i
             print(render_summary(summary))
     finally:
         discard_held()  # a sweep that failed before releasing it
-        discard_held_workers()  # workers spawned for a sweep that failed before taking them
     return EXIT_OK if summary.ranking else EXIT_NO_RESULT

@@ -172,40 +172,6 @@ def test_sequential_path_keeps_request_order() -> None:
     assert isinstance(make_evaluator(4, 10), EvalPool)
 
 
-def test_workers_started_ahead_are_the_ones_the_sweep_gets_and_others_are_stopped() -> None:
-    """`spica sweep` spawns its local workers as soon as it has read the config; the flow's make_evaluator takes
-    those (already importing) instead of spawning more, and a sweep that wants another kind stops them."""
-    from spica_core.evaluate import discard_held_workers, prestart_workers
-
-    prestart_workers(2)
-    held = make_evaluator(2, 30)
-    assert isinstance(held, EvalPool) and len(held.worker_pids()) == 2 and held.max_eval_seconds == 30
-    with held:
-        (ok,) = held.evaluate_batch([request(FAST)])
-        assert ok.status == "feasible"
-    assert isinstance(make_evaluator(2, 30), EvalPool) and make_evaluator(2, 30) is not held  # taken once
-
-    prestart_workers(2)
-    from spica_core.evaluate.evaluators import _HELD
-
-    spawned = _HELD[0]
-    pids = spawned.worker_pids()
-    assert isinstance(make_evaluator(1, 30), SequentialEvaluator)  # another kind: the held workers are stopped
-    assert spawned.worker_pids() == [] and not any(_alive(pid) for pid in pids)
-    prestart_workers(1)  # one worker: the sweep evaluates in its own process, nothing to spawn
-    assert _HELD == []
-    discard_held_workers()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as stat:  # a zombie is not alive
-        return stat.read().split()[2] != "Z"
-
-
 # ---------------------------------------------------------------- spica evaluate
 
 

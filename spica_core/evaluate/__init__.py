@@ -16,7 +16,7 @@ _FROM: dict[str, str] = {
     **dict.fromkeys(("ClusterEvaluator",), "cluster"),
     **dict.fromkeys(("sigint_blocked", "start_child"), "children"),
     **dict.fromkeys(("EvalRequest", "evaluate_one", "Outcome", "Status"), "evaluator"),
-    **dict.fromkeys(("discard_held_workers", "make_evaluator", "prestart_workers"), "evaluators"),
+    **dict.fromkeys(("make_evaluator",), "evaluators"),
     **dict.fromkeys(("find_headroom", "Headroom", "metrics_attainment"), "headroom"),
     **dict.fromkeys(("abandon_all", "EvalPool", "SequentialEvaluator"), "pool"),
     **dict.fromkeys(("replay_is_exact", "replay_spread"), "repeats"),
@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from spica_core.evaluate.children import sigint_blocked, start_child
     from spica_core.evaluate.cluster import ClusterEvaluator
     from spica_core.evaluate.evaluator import EvalRequest, evaluate_one, Outcome, Status
-    from spica_core.evaluate.evaluators import discard_held_workers, make_evaluator, prestart_workers
+    from spica_core.evaluate.evaluators import make_evaluator
     from spica_core.evaluate.headroom import find_headroom, Headroom, metrics_attainment
     from spica_core.evaluate.pool import abandon_all, EvalPool, SequentialEvaluator
     from spica_core.evaluate.repeats import replay_is_exact, replay_spread
@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
 
 __all__ = [
     "abandon_all", "avg_gpu", "Band", "bands_from_dict", "bands_to_dict", "candidate_metrics",
-    "ClusterEvaluator", "discard_held_workers", "prestart_workers", "sigint_blocked", "start_child", "EvalPool", "EvalRequest", "evaluate_one", "Evaluator", "find_headroom", "headline",
+    "ClusterEvaluator", "sigint_blocked", "start_child", "EvalPool", "EvalRequest", "evaluate_one", "Evaluator", "find_headroom", "headline",
     "Headroom", "is_feasible", "load_bands", "make_evaluator", "metric_value", "metrics_attainment",
     "minimised", "objective_vector", "Outcome", "POLL_S", "raw_value", "replay_is_exact", "replay_spread",
     "score_report", "SequentialEvaluator", "signed", "sla_kwargs", "Status",
