@@ -61,6 +61,18 @@ def test_a_bad_declaration_or_ask_raises_in_the_sweep_s_process_with_the_study_s
     assert study.suggest(1, 1, SMALL_POOL) != []  # the process serves on
 
 
+class TwoArgumentError(Exception):
+    def __init__(self, what: str, why: str) -> None:
+        super().__init__(f"{what}: {why}")
+
+
+def test_an_error_that_would_not_unpickle_is_sent_as_its_text() -> None:
+    """An exception whose constructor wants other arguments than its message pickles, then fails to unpickle in
+    the sweep's process, which would leave the ask without an answer: the process sends its text instead."""
+    assert optimizer_module._travels(ValueError("count must be >= 1"))
+    assert not optimizer_module._travels(TwoArgumentError("ask", "no model"))
+
+
 def test_the_sweep_s_process_never_imports_jax() -> None:
     """Asks of every kind go to the optimizer process; jax and Vizier are imported there only."""
     script = textwrap.dedent("""

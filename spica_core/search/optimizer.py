@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing as mp
+import pickle
 import signal
 import threading
 import weakref
@@ -28,9 +29,9 @@ from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
-from spica_core.errors import OptimizerStoppedError, SpicaError
+from spica_core.errors import OptimizerStoppedError
 from spica_core.evaluate import start_child
-from spica_core.search.study import GP_ALGORITHMS, Goal, Study, TrialRecord, warm_up
+from spica_core.search.study import Goal, Study, TrialRecord, warm_up
 
 if TYPE_CHECKING:
     from spica_core.config.model import SmartSearchConfig
@@ -110,7 +111,7 @@ class OptimizerProcess:
         future: Future[Any] = Future()
         with self._sending:
             if self._ended is not None:
-                raise OptimizerStoppedError(f"the optimizer process has stopped ({self._ended})")
+                raise OptimizerStoppedError(str(self._ended))
             number = next(self._ids)
             self._waiting[number] = future
             try:
@@ -127,7 +128,7 @@ class OptimizerProcess:
         while True:
             try:
                 number, error, answer = self._conn.recv()
-            except (EOFError, OSError):
+            except Exception:  # noqa: BLE001 - ended, or an answer that cannot be read: no ask may wait forever
                 break
             future = self._waiting.pop(number, None)
             if future is None:
@@ -179,10 +180,6 @@ class RemoteStudy:
         self._id: int = process.call("open", tuple(params), tuple(objectives), self.algorithm, self.seed, tuple(prior))
         weakref.finalize(self, _forget, process, self._id).atexit = False  # at exit the process ends anyway
 
-    @property
-    def fits_model(self) -> bool:
-        return self.algorithm in GP_ALGORITHMS
-
     def sync(self, records: Sequence[TrialRecord]) -> None:
         self._records = list(records)
 
@@ -206,6 +203,16 @@ def _forget(process: OptimizerProcess, study: int) -> None:
 
 
 # ---------------------------------------------------------------- the process's side
+
+
+def _travels(error: BaseException) -> bool:
+    """Whether an error comes out of the pipe as it went in (an exception whose constructor takes other arguments
+    than its message pickles, and fails to unpickle)."""
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:  # noqa: BLE001 - any failure means: send its text instead
+        return False
+    return True
 
 
 def _serve(conn: Connection) -> None:
@@ -243,7 +250,7 @@ def _serve(conn: Connection) -> None:
             else:
                 raise ValueError(f"unknown request {op!r}")
         except BaseException as exc:  # noqa: BLE001 - raised again where the request was made
-            error = exc
+            error = exc if _travels(exc) else RuntimeError(f"{type(exc).__name__}: {exc}")
         try:
             with sending:
                 conn.send((number, error, result))
@@ -251,7 +258,7 @@ def _serve(conn: Connection) -> None:
             pass
         except Exception as exc:  # noqa: BLE001 - an answer or error that does not pickle: say so instead
             with sending:
-                conn.send((number, SpicaError(f"the optimizer's answer to {op!r} could not be sent: {exc}"), None))
+                conn.send((number, RuntimeError(f"the optimizer's answer to {op!r} could not be sent: {exc}"), None))
 
     while True:
         try:
@@ -264,5 +271,4 @@ def _serve(conn: Connection) -> None:
         threading.Thread(target=answer, args=(number, op, args), name=f"spica-optimizer-{op}").start()
 
 
-__all__ = ["OptimizerProcess", "RemoteStudy", "optimizer_for", "optimizer_process",
-           "traces_ahead"]
+__all__ = ["OptimizerProcess", "RemoteStudy", "optimizer_for", "optimizer_process", "traces_ahead"]
