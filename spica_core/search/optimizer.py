@@ -138,10 +138,11 @@ class OptimizerProcess:
             else:
                 future.set_result(answer)
         self._proc.join(1.0)
-        stopped = OptimizerStoppedError(
-            f"the optimizer process, which holds the sweep's studies, ended (exit code {self._proc.exitcode}; a "
-            "negative code is the signal that killed it, -9 also when the system ran out of memory); finished "
-            "evaluations are kept: run the same command to resume")
+        code = self._proc.exitcode
+        how = "killed or crashed" if code is None else f"exit code {code}" + (
+            " (killed by that signal; -9 also when the system ran out of memory)" if code < 0 else "")
+        stopped = OptimizerStoppedError(f"the optimizer process, which holds the sweep's studies, ended ({how}); "
+                                        "finished evaluations are kept: run the same command to resume")
         with self._sending:
             self._ended = stopped
             waiting, self._waiting = self._waiting, {}
