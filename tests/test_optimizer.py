@@ -108,20 +108,21 @@ def test_the_optimizer_process_ignores_sigint_and_ends_with_its_pipe() -> None:
         assert len(study.suggest(2, 1, SMALL_POOL)) == 2 and process.alive
     finally:
         process.close()
-    assert not process._proc.is_alive() and process._proc.exitcode == 0
+    assert not process.alive and process.exitcode == 0
 
 
 def test_an_ended_optimizer_process_fails_its_asks_and_the_next_sweep_gets_a_new_one(
         monkeypatch: pytest.MonkeyPatch) -> None:
     process = OptimizerProcess()
     study = process.study(SMALL, algorithm="QUASI_RANDOM_SEARCH")
-    process._proc.kill()
-    process._proc.join(10)
+    assert process.pid is not None
+    os.kill(process.pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
     while process.alive and time.monotonic() < deadline:
         time.sleep(0.05)
     with pytest.raises(OptimizerStoppedError, match="the optimizer process, which holds the sweep's studies, ended"):
         study.suggest(2, 1, SMALL_POOL)
+    assert process.exitcode == -signal.SIGKILL
     monkeypatch.setattr(optimizer_module, "_PROCESS", [process])
     fresh = optimizer_process()
     try:

@@ -88,6 +88,7 @@ class OptimizerProcess:
         self._sending = threading.Lock()
         self._waiting: dict[int, Future[Any]] = {}
         self._ended: BaseException | None = None
+        self._gone = threading.Event()  # the reader saw the process end and reaped it (nothing else waits for it)
         self.tracing = False
         start_child(self._proc)
         child.close()
@@ -100,7 +101,12 @@ class OptimizerProcess:
 
     @property
     def alive(self) -> bool:
-        return self._ended is None and self._proc.is_alive()
+        return self._ended is None
+
+    @property
+    def exitcode(self) -> int | None:
+        """The process's exit code once it has ended (None while it runs)."""
+        return self._proc.exitcode if self._gone.is_set() else None
 
     def study(self, params: Sequence[Param], objectives: Sequence[tuple[str, Goal]] = (("objective", "max"),),
               algorithm: str = "DEFAULT", seed: int = 0, *, prior: Iterable[TrialRecord] = ()) -> RemoteStudy:
@@ -118,7 +124,7 @@ class OptimizerProcess:
                 self._conn.send((number, op, args))
             except (OSError, ValueError) as exc:  # the pipe is gone, or closed
                 self._waiting.pop(number, None)
-                raise OptimizerStoppedError(f"the optimizer process has stopped ({exc})") from exc
+                raise self._stopped() from exc
         return future
 
     def call(self, op: str, *args: Any) -> Any:
@@ -137,17 +143,21 @@ class OptimizerProcess:
                 future.set_exception(error)
             else:
                 future.set_result(answer)
-        self._proc.join(1.0)
-        code = self._proc.exitcode
-        how = "killed or crashed" if code is None else f"exit code {code}" + (
-            " (killed by that signal; -9 also when the system ran out of memory)" if code < 0 else "")
-        stopped = OptimizerStoppedError(f"the optimizer process, which holds the sweep's studies, ended ({how}); "
-                                        "finished evaluations are kept: run the same command to resume")
+        self._proc.join(5.0)  # only this thread waits for the process: two threads reaping one child race
+        stopped = self._stopped()
         with self._sending:
             self._ended = stopped
             waiting, self._waiting = self._waiting, {}
+        self._gone.set()
         for future in waiting.values():
             future.set_exception(stopped)
+
+    def _stopped(self) -> OptimizerStoppedError:
+        code = self._proc.exitcode
+        how = "killed or crashed" if code is None else f"exit code {code}" + (
+            " (killed by that signal; -9 also when the system ran out of memory)" if code < 0 else "")
+        return OptimizerStoppedError(f"the optimizer process, which holds the sweep's studies, ended ({how}); "
+                                     "finished evaluations are kept: run the same command to resume")
 
     def close(self) -> None:
         """End the process: its running asks finish first (it waits for them), unless it is killed at exit."""
@@ -157,10 +167,9 @@ class OptimizerProcess:
                     self._conn.send(None)
                 except (OSError, ValueError):
                     pass
-        self._proc.join(5.0)
-        if self._proc.is_alive():
+        if not self._gone.wait(5.0):
             self._proc.kill()
-            self._proc.join(1.0)
+            self._gone.wait(5.0)
 
 
 class RemoteStudy:
