@@ -1,5 +1,6 @@
-"""RSS of the optimizer process over 200 suggestions, in a fresh sweep process: bench_search.py's RSS case alone (its ``--live`` run measures it
-after the other sweeps of that process, whose executables are then already in the baseline).
+"""RSS of the optimizer process over 200 suggestions, started fresh: bench_search.py's RSS case alone (its
+``--live`` run measures it after the other sweeps of that process, whose executables are then already in the
+baseline).
 
     .venv/bin/python bench/bench_rss.py      # about 80 s; prints the growth and the series (MB every 8 trials)
 """

@@ -225,7 +225,8 @@ def _first(marks: list[dict[str, Any]], name: str) -> float | None:
 def breakdown(marks: list[dict[str, Any]], t0: float, main_pid: int) -> dict[str, Any]:
     """Seconds per start-up stage, from the marks of one run (``t0``: the command's start, wall clock).
 
-    Stages are intervals between marks of the CLI process or of the worker that ran the first replay; a stage
+    Stages are intervals between marks of the CLI process, of the worker that ran the first replay, or (jax and
+    Vizier) of the process the studies live in; a stage
     whose marks are missing (not reached, or not in this version of the code) is ``None``. ``at`` gives every
     mark's offset from t0 (CLI process and that worker), so the gaps between stages (Prefect's own work) show.
     """
@@ -235,6 +236,8 @@ def breakdown(marks: list[dict[str, Any]], t0: float, main_pid: int) -> dict[str
     if replay_pid is None:  # parallel_evals: 1 replays in the CLI process
         replay_pid = next((m["pid"] for m in marks if m["name"] == "replay:start"), None)
     worker = [m for m in marks if m["pid"] == replay_pid]
+    # jax, Vizier and the tracing: in the optimizer process (the CLI process's before it existed; no worker's)
+    optimizer = [m for m in marks if m["name"].startswith(("vizier_runtime", "trace_gp"))]
 
     def at(ms: list[dict[str, Any]], name: str) -> float | None:
         t = _first(ms, name)
@@ -265,20 +268,20 @@ def breakdown(marks: list[dict[str, Any]], t0: float, main_pid: int) -> dict[str
         "first_round_to_first_request": (span(main, "round_task:start", "first_request_to_evaluator:start")
                                          or span(main, "branch_task:start", "first_request_to_evaluator:start")
                                          or span(main, "search_task:start", "first_request_to_evaluator:start")),
-        "vizier_runtime_import": span(main, "vizier_runtime:start", "vizier_runtime:end"),
+        "vizier_runtime_import": span(optimizer, "vizier_runtime:start", "vizier_runtime:end"),
         "pool_start_spawn_to_ready": span(main, "pool_start:start", "pool_start:end"),
         "worker_python_to_ready": (None if replay_pid == main_pid else
                                    span(worker, "python_started", "worker_ready")),
         "worker_import_dynamo_core": span(worker, "import dynamo._core:start", "import dynamo._core:end"),
         "first_request_to_replay": span(worker, "evaluate_one:start", "replay:start"),
-        "trace_gp": span(main, "trace_gp:start", "trace_gp:end"),  # on its thread (a rapid DEFAULT sweep)
+        "trace_gp": span(optimizer, "trace_gp:start", "trace_gp:end"),  # a rapid DEFAULT sweep's
     }
     milestones = {
         "flow_called": at(main, "flow_call:start"),
         "first_request_to_evaluator": at(main, "first_request_to_evaluator:start"),
         "worker_ready": at(worker, "worker_ready"),
         "first_replay": at(worker, "replay:start"),
-        "trace_gp_done": at(main, "trace_gp:end"),
+        "trace_gp_done": at(optimizer, "trace_gp:end"),
     }
     offsets: dict[str, float] = {}
     for m in main + worker:

@@ -463,10 +463,14 @@ def test_a_space_filling_ask_never_waits_for_the_model_ask_lock() -> None:
 
     blind, informed = Study(SMALL, seed=1), filled(SMALL, "DEFAULT", seed=1, n=4)
     answers: dict[str, list[int]] = {}
+    asking = {name: threading.Event() for name in ("first", "chosen", "modelled")}
 
     def ask(name: str, study: Study, model: bool) -> threading.Thread:
-        thread = threading.Thread(target=lambda: answers.__setitem__(name, study.suggest(
-            2, step=1, pool=SMALL_POOL, allowed=free_of(study, SMALL_POOL), model=model)))
+        def run() -> None:
+            asking[name].set()
+            answers[name] = study.suggest(2, step=1, pool=SMALL_POOL, allowed=free_of(study, SMALL_POOL), model=model)
+
+        thread = threading.Thread(target=run)
         thread.start()
         return thread
 
@@ -477,7 +481,8 @@ def test_a_space_filling_ask_never_waits_for_the_model_ask_lock() -> None:
         assert len(answers.get("first", [])) == 2 and len(answers.get("chosen", [])) == 2
         assert blind.waited == 0.0 and informed.waited == 0.0
         modelled = ask("modelled", informed, model=True)
-        modelled.join(0.5)
+        assert asking["modelled"].wait(30)  # in its ask (the pool's features are kept from "chosen": at the lock)
+        modelled.join(1.0)
         assert modelled.is_alive() and "modelled" not in answers
     modelled.join(120)
     assert len(answers["modelled"]) == 2 and informed.waited >= 0.4

@@ -116,16 +116,17 @@ class OptimizerProcess:
         """Send one request; its answer (or the error it raised there) arrives in the returned future."""
         future: Future[Any] = Future()
         with self._sending:
-            if self._ended is not None:
-                raise OptimizerStoppedError(str(self._ended))
-            number = next(self._ids)
-            self._waiting[number] = future
-            try:
-                self._conn.send((number, op, args))
-            except (OSError, ValueError) as exc:  # the pipe is gone, or closed
-                self._waiting.pop(number, None)
-                raise self._stopped() from exc
-        return future
+            if self._ended is None:
+                number = next(self._ids)
+                self._waiting[number] = future
+                try:
+                    self._conn.send((number, op, args))
+                    return future
+                except (OSError, ValueError):  # the pipe is gone, or closed: the process has ended
+                    self._waiting.pop(number, None)
+        self._gone.wait(5.0)  # the reader says how it ended (it alone waits for the process)
+        raise OptimizerStoppedError(str(self._ended or "the optimizer process, which holds the sweep's studies, "
+                                        "ended; finished evaluations are kept: run the same command to resume"))
 
     def call(self, op: str, *args: Any) -> Any:
         return self.send(op, *args).result()
@@ -153,6 +154,7 @@ class OptimizerProcess:
             future.set_exception(stopped)
 
     def _stopped(self) -> OptimizerStoppedError:
+        """How the process ended, for the reader thread once it has reaped it."""
         code = self._proc.exitcode
         how = "killed or crashed" if code is None else f"exit code {code}" + (
             " (killed by that signal; -9 also when the system ran out of memory)" if code < 0 else "")
