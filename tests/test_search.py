@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import random
 import time
 from dataclasses import replace
@@ -57,10 +58,12 @@ def search(branch: Branch, context: SearchContext, evaluator: SequentialEvaluato
 
 
 def keep_the_model_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These replays take a fraction of a GP ask, so the cost rules would space-fill, enumerate or ask for
-    large batches; tests of the designer itself turn them off (batches of one per worker)."""
+    """These replays take a fraction of a GP ask, so the cost rules would space-fill (also to cover the first
+    model ask), enumerate or ask for large batches; tests of the designer itself turn them off (batches of one
+    per worker)."""
     monkeypatch.setattr(search_costs, "OPTIMIZER_SHARE", 1e9)
     monkeypatch.setattr(search_costs, "BATCH_SHARE", 1e9)
+    monkeypatch.setattr(search_costs, "FIRST_MODEL_ASK_S", 0.0)
     monkeypatch.setattr(Costs, "enumeration_pays", lambda self, untried, remaining, batch: False)
 
 
@@ -279,7 +282,7 @@ def test_costs_are_read_from_the_trials_and_size_the_asks() -> None:
                       trial(3, 2.5, "gp", 4.0)], 2)
     # medians; a space-filling ask is no model ask, and the first model ask (imports, compiles) is left out
     assert (costs.eval_s, costs.ask_s) == (2.25, 3.0)
-    assert Costs.of([], 2) == Costs(2, None, search_costs.MODEL_ASK_PRIOR_S)
+    assert Costs.of([], 2) == Costs(2, None, search_costs.MODEL_ASK_PRIOR_S, first_ask=True)
     assert Costs.of([trial(0, 1.0, "random", 5.0)], 2, model=False) == Costs(2, 1.0, 0.0)
     costs = Costs(2, 2.0, 3.0)
     # a 3 s ask takes a quarter (BATCH_SHARE) of the replays of 2 workers × 6 rounds × 1 s of wall per evaluation
@@ -290,6 +293,33 @@ def test_costs_are_read_from_the_trials_and_size_the_asks() -> None:
     # 10 untried at 1 s of wall each, against 6 more evaluations (6 s) and 2 asks of 3 s: enumerate
     assert costs.enumeration_pays(10, 6, 4) and not costs.enumeration_pays(13, 6, 4)
     assert not Costs(2, None).enumeration_pays(1, 10, 2)
+
+
+def test_space_filling_lasts_until_the_first_model_ask_is_covered() -> None:
+    space = VizierSuggester(branch_of(make({"agg_max_num_seqs": [256, 512]})), [("objective", "max")], pareto=False,
+                            algorithm="DEFAULT", seed=0, budget=4).space
+    p = space.proposal(0)
+
+    def trial(by: str) -> Trial:
+        return Trial("agg", 0, 0, Status.feasible, p.parallel, p.raw, p.selection, ask=0, eval_seconds=0.5,
+                     suggested_by=by, suggest_seconds=0.01)
+
+    assert search_costs.FIRST_MODEL_ASK_S == 3.0
+    # 2 workers at 0.5 s per evaluation: the 2 pending candidates replay in 0.5 s, less than the first ask takes
+    first = Costs.of([trial("space-filling")], 2, pending=["space-filling"] * 2)
+    assert (first.first_ask, first.pending) == (True, 2) and first.starves()
+    assert not first.model_pays(32)           # it would pay for itself, but the workers would wait for it
+    assert first.batch_size(32) == 12         # 12 × 0.25 s of wall = 3 s: the next ask is covered
+    assert first.batch_size(8) == 8
+    covered = Costs.of([trial("space-filling")], 2, pending=["space-filling"] * 12)
+    assert not covered.starves() and covered.model_pays(12)
+    # once the branch has a model ask, pending or known, its later asks are sized as before
+    assert not Costs.of([trial("space-filling")], 2, pending=["gp"]).starves()
+    assert not Costs.of([trial("gp")], 2).starves()
+    assert Costs.of([trial("gp")], 2).batch_size(32) == 2 * math.ceil(1.0 / (0.25 * 0.25 * 2))
+    # no model, nothing to cover; nothing measured yet, nothing to size it with
+    assert not Costs.of([trial("space-filling")], 2, model=False).starves()
+    assert not Costs.of([], 2).starves()
 
 
 def test_a_pending_candidate_is_never_suggested_again() -> None:

@@ -7,6 +7,8 @@ so every decision below is a function of recorded trials and a resumed sweep mak
 * **batch size**: one model ask proposes ``batch_size`` candidates, enough that the next ask takes at most
   ``BATCH_SHARE`` of the time the workers spend replaying them;
 * **model or space-filling**: when even the largest batch would not pay for a fit, the ask space-fills;
+* **cover the first model ask**: a branch's first model ask also waits for the GP code to be traced, so the
+  space-filling start lasts until the workers have enough picked candidates to replay while it runs;
 * **enumerate**: when replaying every untried candidate of a branch costs less wall time than asking
   for the rest of its budget, the rest of the branch is enumerated.
 """
@@ -21,6 +23,10 @@ from spica_core.search.trials import Trial
 
 # Before the first model ask of a branch: a warm GP-UCB-PE fit plus a few picks on two cores.
 MODEL_ASK_PRIOR_S = 1.0
+# From a branch's first model ask's start to its picks: the process's GP tracing (which it waits for, or does
+# itself) and a fit. Measured in `spica sweep` on 2 cores, 2.4 s (MoE) and 2.9 / 3.3 s (dense's two branches;
+# the second also waits for the first's turn) (bench/bench_cli_timeline.py, bench/results/cli_timeline_*.log).
+FIRST_MODEL_ASK_S = 3.0
 # A model ask pays when it costs at most this share of the replay time of the candidates it proposes.
 OPTIMIZER_SHARE = 1.0
 # A batch is sized so that the next ask takes at most this share of its replay time. At 1.0 the ask would end
@@ -40,38 +46,53 @@ class Costs:
     workers: int
     eval_s: float | None           # None: nothing evaluated yet
     ask_s: float = MODEL_ASK_PRIOR_S
+    first_ask: bool = False        # the branch has no model ask yet (known or pending): the next one is its first
+    pending: int = 0               # candidates picked whose outcomes the ask does not know: replayed while it runs
 
     @classmethod
-    def of(cls, known: Sequence[Trial], workers: int, model: bool = True) -> Costs:
-        """From the trials a decision may use. ``model``: the suggester fits one; else its asks cost next
-        to nothing. A process's first model ask also pays imports and compiles, so it is left out."""
+    def of(cls, known: Sequence[Trial], workers: int, model: bool = True, pending: Sequence[str] = ()) -> Costs:
+        """From the trials a decision may use and how the pending candidates were picked (``suggested_by``).
+        ``model``: the suggester fits one; else its asks cost next to nothing. A process's first model ask also
+        pays imports and compiles, so it is left out of the median."""
         evals = [t.eval_seconds for t in known if t.eval_seconds is not None and not t.cache_hit]
         eval_s = statistics.median(evals) if evals else None
         if not model:
-            return cls(max(1, workers), eval_s, 0.0)
+            return cls(max(1, workers), eval_s, 0.0, pending=len(pending))
         asks = {t.ask: t.suggest_seconds for t in known if t.suggested_by in MODEL_METHODS
                 and t.suggest_seconds is not None}
         warm = [seconds for _, seconds in sorted(asks.items())[1:]]
-        return cls(max(1, workers), eval_s, statistics.median(warm) if warm else MODEL_ASK_PRIOR_S)
+        first = not any(t.suggested_by in MODEL_METHODS for t in known) and not MODEL_METHODS.intersection(pending)
+        return cls(max(1, workers), eval_s, statistics.median(warm) if warm else MODEL_ASK_PRIOR_S,
+                   first_ask=first, pending=len(pending))
 
     def wall_per_eval(self) -> float | None:
         """Wall seconds per evaluation with every worker busy."""
         return None if self.eval_s is None else self.eval_s / self.workers
 
+    def starves(self) -> bool:
+        """Whether the branch's first model ask would leave the workers without candidates: the pending ones
+        replay in less wall time than ``FIRST_MODEL_ASK_S``."""
+        wall = self.wall_per_eval()
+        return self.first_ask and wall is not None and self.pending * wall < FIRST_MODEL_ASK_S
+
     def batch_size(self, largest: int) -> int:
         """A multiple of the workers, the smallest whose replays take ``ask_s / BATCH_SHARE``: the next ask is
-        then done well before the workers run out of candidates (at most ``largest``)."""
+        then done well before the workers run out of candidates (at most ``largest``). Before the first model
+        ask (:meth:`starves`), the smallest whose replays last ``FIRST_MODEL_ASK_S``: they are what the workers
+        replay while it runs."""
         largest = max(largest, self.workers)
         wall = self.wall_per_eval()
         if not wall:
             return self.workers
-        rounds = math.ceil(self.ask_s / (BATCH_SHARE * wall * self.workers))
+        seconds = FIRST_MODEL_ASK_S if self.starves() else self.ask_s / BATCH_SHARE
+        rounds = math.ceil(seconds / (wall * self.workers))
         return max(self.workers, min(largest, rounds * self.workers))
 
     def model_pays(self, count: int) -> bool:
-        """Whether a model ask for ``count`` candidates costs at most their replays' share."""
+        """Whether a model ask for ``count`` candidates costs at most their replays' share, and the workers
+        have enough to replay while it runs."""
         wall = self.wall_per_eval()
-        return wall is None or self.ask_s <= OPTIMIZER_SHARE * count * wall
+        return wall is None or (self.ask_s <= OPTIMIZER_SHARE * count * wall and not self.starves())
 
     def enumeration_pays(self, untried: int, remaining: int, batch: int) -> bool:
         """Whether replaying all ``untried`` candidates is cheaper than ``remaining`` more asked for ones."""
@@ -82,4 +103,4 @@ class Costs:
         return untried * wall <= asking
 
 
-__all__ = ["Costs", "BATCH_ROUNDS", "BATCH_SHARE", "MODEL_ASK_PRIOR_S", "OPTIMIZER_SHARE"]
+__all__ = ["Costs", "BATCH_ROUNDS", "BATCH_SHARE", "FIRST_MODEL_ASK_S", "MODEL_ASK_PRIOR_S", "OPTIMIZER_SHARE"]

@@ -387,7 +387,8 @@ class BranchSearch:
         pending_batches = self.batches[max(0, b - lag):] if self.suggester.stalls else self.batches
         pending = [p for batch in pending_batches for p in batch.proposals]
         pending_rounds = [r for batch in pending_batches for r in batch.rounds]
-        costs = Costs.of(known, self.workers, model=self.suggester.fits_model)
+        costs = Costs.of(known, self.workers, model=self.suggester.fits_model,
+                         pending=[p.suggested_by for p in pending])
         space = self.suggester.space
         seen = space.seen(known) | {p.index for p in pending if p.index is not None}
         size = costs.batch_size(BATCH_ROUNDS * max(self.per_round, self.workers)) if self.suggester.stalls \
