@@ -160,6 +160,23 @@ def test_pool_worker_crash_becomes_a_failed_outcome() -> None:
         assert ok.status == "feasible"
 
 
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="per-thread niceness is read from /proc")
+def test_ready_workers_yield_the_cpu_to_the_sweep_and_its_optimizer() -> None:
+    from spica_core.evaluate import pool as pool_module
+
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    with EvalPool(2, max_eval_seconds=120) as pool:
+        pool.start()
+        (ok,) = pool.evaluate_batch([request(FAST)])  # a replay ran: the engines' threads exist
+        assert ok.status == "feasible"
+        for pid in pool.worker_pids():
+            threads = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+            assert len(threads) > 1
+            assert {os.getpriority(os.PRIO_PROCESS, t) for t in threads} == \
+                {min(19, mine + pool_module.WORKER_NICENESS)}
+    assert os.getpriority(os.PRIO_PROCESS, 0) == mine  # the sweep's own process keeps its priority
+
+
 def test_sequential_path_keeps_request_order() -> None:
     ev = make_evaluator(1, 600)
     assert isinstance(ev, SequentialEvaluator)

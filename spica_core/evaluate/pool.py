@@ -12,6 +12,7 @@ grace, because a worker deep in a Rust replay may not react to SIGTERM.
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import signal
@@ -29,6 +30,10 @@ from spica_core.evaluate.workers import (
 )
 
 TERM_GRACE_S = 1.0    # SIGTERM → SIGKILL
+# A ready worker yields the CPU to the sweep's own process and its optimizer process: the workers wait for
+# their picks, so on a machine with no core to spare an ask that shares one with two replays keeps both
+# workers waiting longer (the replays get the same CPU time either way, just later).
+WORKER_NICENESS = 10
 CLOSE_GRACE_S = 2.0   # a polite stop (None sent) → SIGTERM
 
 # Exit signals that mean "someone is stopping us", not "this candidate crashed the worker": a worker
@@ -37,11 +42,24 @@ CLOSE_GRACE_S = 2.0   # a polite stop (None sent) → SIGTERM
 _STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 
 
+def _yield_cpu() -> None:
+    """Raise this process's niceness by :data:`WORKER_NICENESS`, for every thread: on Linux niceness is per
+    thread, and the engines' warm-up may have started some (new threads inherit their creator's)."""
+    try:
+        threads = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        threads = [0]
+    for tid in threads:
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + WORKER_NICENESS))
+
+
 def _worker_main(conn: Connection) -> None:
     """Worker loop: import the engines once, then evaluate requests until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides (it was blocked since fork anyway)
     os.environ.setdefault("DYN_LOG", "error")
     warm_engines()  # before the first deadline starts
+    _yield_cpu()  # once ready: the start-up before the first replay is not slowed
 
     try:
         conn.send(("ready", os.getpid()))
