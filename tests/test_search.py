@@ -282,7 +282,7 @@ def test_costs_are_read_from_the_trials_and_size_the_asks() -> None:
                       trial(3, 2.5, "gp", 4.0)], 2)
     # medians; a space-filling ask is no model ask, and the first model ask (imports, compiles) is left out
     assert (costs.eval_s, costs.ask_s) == (2.25, 3.0)
-    assert Costs.of([], 2) == Costs(2, None, search_costs.MODEL_ASK_PRIOR_S, first_ask=True)
+    assert Costs.of([], 2) == Costs(2, None, search_costs.MODEL_ASK_PRIOR_S)
     assert Costs.of([trial(0, 1.0, "random", 5.0)], 2, model=False) == Costs(2, 1.0, 0.0)
     costs = Costs(2, 2.0, 3.0)
     # a 3 s ask takes a quarter (BATCH_SHARE) of the replays of 2 workers × 6 rounds × 1 s of wall per evaluation
@@ -300,19 +300,22 @@ def test_space_filling_lasts_until_the_first_model_ask_is_covered() -> None:
                             algorithm="DEFAULT", seed=0, budget=4).space
     p = space.proposal(0)
 
-    def trial(by: str) -> Trial:
-        return Trial("agg", 0, 0, Status.feasible, p.parallel, p.raw, p.selection, ask=0, eval_seconds=0.5,
+    def trial(by: str, ask: int = 0) -> Trial:
+        return Trial("agg", 0, ask, Status.feasible, p.parallel, p.raw, p.selection, ask=ask, eval_seconds=0.5,
                      suggested_by=by, suggest_seconds=0.01)
 
     assert search_costs.FIRST_MODEL_ASK_S == 3.0
     # 2 workers at 0.5 s per evaluation: the 2 pending candidates replay in 0.5 s, less than the first ask takes
     first = Costs.of([trial("space-filling")], 2, pending=["space-filling"] * 2)
-    assert (first.first_ask, first.pending) == (True, 2) and first.starves()
+    assert (first.first_outcomes, first.pending) == (True, 2) and first.starves()
     assert not first.model_pays(32)           # it would pay for itself, but the workers would wait for it
     assert first.batch_size(32) == 12         # 12 × 0.25 s of wall = 3 s: the next ask is covered
     assert first.batch_size(8) == 8
     covered = Costs.of([trial("space-filling")], 2, pending=["space-filling"] * 12)
     assert not covered.starves() and covered.model_pays(12)
+    # decided once, on the first outcomes: the next pick asks the model even if the evaluations got faster
+    later = Costs.of([trial("space-filling", 0), trial("space-filling", 1)], 2, pending=["space-filling"] * 2)
+    assert not later.first_outcomes and not later.starves() and later.model_pays(2 * 4)
     # once the branch has a model ask, pending or known, its later asks are sized as before
     assert not Costs.of([trial("space-filling")], 2, pending=["gp"]).starves()
     assert not Costs.of([trial("gp")], 2).starves()

@@ -46,7 +46,9 @@ class Costs:
     workers: int
     eval_s: float | None           # None: nothing evaluated yet
     ask_s: float = MODEL_ASK_PRIOR_S
-    first_ask: bool = False        # the branch has no model ask yet (known or pending): the next one is its first
+    # The pick that first knows outcomes (the branch's first batch's), with no model ask yet: it decides once
+    # whether the space-filling start must go on to cover the first model ask.
+    first_outcomes: bool = False
     pending: int = 0               # candidates picked whose outcomes the ask does not know: replayed while it runs
 
     @classmethod
@@ -61,19 +63,21 @@ class Costs:
         asks = {t.ask: t.suggest_seconds for t in known if t.suggested_by in MODEL_METHODS
                 and t.suggest_seconds is not None}
         warm = [seconds for _, seconds in sorted(asks.items())[1:]]
-        first = not any(t.suggested_by in MODEL_METHODS for t in known) and not MODEL_METHODS.intersection(pending)
+        first = len({t.ask for t in known}) == 1 and not any(t.suggested_by in MODEL_METHODS for t in known) \
+            and not MODEL_METHODS.intersection(pending)
         return cls(max(1, workers), eval_s, statistics.median(warm) if warm else MODEL_ASK_PRIOR_S,
-                   first_ask=first, pending=len(pending))
+                   first_outcomes=first, pending=len(pending))
 
     def wall_per_eval(self) -> float | None:
         """Wall seconds per evaluation with every worker busy."""
         return None if self.eval_s is None else self.eval_s / self.workers
 
     def starves(self) -> bool:
-        """Whether the branch's first model ask would leave the workers without candidates: the pending ones
-        replay in less wall time than ``FIRST_MODEL_ASK_S``."""
+        """Whether the branch's first model ask, asked now, would leave the workers without candidates: the
+        pending ones replay in less wall time than ``FIRST_MODEL_ASK_S``. Decided once (``first_outcomes``): the
+        batch that covers it is sized from the first outcomes, and the next ask is the model's."""
         wall = self.wall_per_eval()
-        return self.first_ask and wall is not None and self.pending * wall < FIRST_MODEL_ASK_S
+        return self.first_outcomes and wall is not None and self.pending * wall < FIRST_MODEL_ASK_S
 
     def batch_size(self, largest: int) -> int:
         """A multiple of the workers, the smallest whose replays take ``ask_s / BATCH_SHARE``: the next ask is
