@@ -304,25 +304,30 @@ def test_space_filling_lasts_until_the_first_model_ask_is_covered() -> None:
         return Trial("agg", 0, ask, Status.feasible, p.parallel, p.raw, p.selection, ask=ask, eval_seconds=0.5,
                      suggested_by=by, suggest_seconds=0.01)
 
-    assert search_costs.FIRST_MODEL_ASK_S == 3.0
+    assert (search_costs.FIRST_MODEL_ASK_S, search_costs.START_SHARE) == (3.0, 0.25)
     # 2 workers at 0.5 s per evaluation: the 2 pending candidates replay in 0.5 s, less than the first ask takes
-    first = Costs.of([trial("space-filling")], 2, pending=["space-filling"] * 2)
-    assert (first.first_outcomes, first.pending) == (True, 2) and first.starves()
+    first = Costs.of([trial("space-filling")], 2, pending=["space-filling"] * 2, budget=64)
+    assert (first.first_outcomes, first.pending, first.start_room) == (True, 2, 16 - 3) and first.starves()
     assert not first.model_pays(32)           # it would pay for itself, but the workers would wait for it
     assert first.batch_size(32) == 12         # 12 × 0.25 s of wall = 3 s: the next ask is covered
     assert first.batch_size(8) == 8
-    covered = Costs.of([trial("space-filling")], 2, pending=["space-filling"] * 12)
+    # the start takes at most a quarter of the budget: 8 of 32, 3 picked, room for 4 more (a multiple of 2)
+    small = Costs.of([trial("space-filling")], 2, pending=["space-filling"] * 2, budget=32)
+    assert small.starves() and small.batch_size(32) == 4
+    assert not Costs.of([trial("space-filling")], 2, pending=["space-filling"] * 2, budget=16).starves()
+    covered = Costs.of([trial("space-filling")], 2, pending=["space-filling"] * 12, budget=64)
     assert not covered.starves() and covered.model_pays(12)
     # decided once, on the first outcomes: the next pick asks the model even if the evaluations got faster
-    later = Costs.of([trial("space-filling", 0), trial("space-filling", 1)], 2, pending=["space-filling"] * 2)
+    later = Costs.of([trial("space-filling", 0), trial("space-filling", 1)], 2, pending=["space-filling"] * 2,
+                     budget=64)
     assert not later.first_outcomes and not later.starves() and later.model_pays(2 * 4)
     # once the branch has a model ask, pending or known, its later asks are sized as before
-    assert not Costs.of([trial("space-filling")], 2, pending=["gp"]).starves()
-    assert not Costs.of([trial("gp")], 2).starves()
-    assert Costs.of([trial("gp")], 2).batch_size(32) == 2 * math.ceil(1.0 / (0.25 * 0.25 * 2))
+    assert not Costs.of([trial("space-filling")], 2, pending=["gp"], budget=64).starves()
+    assert not Costs.of([trial("gp")], 2, budget=64).starves()
+    assert Costs.of([trial("gp")], 2, budget=64).batch_size(32) == 2 * math.ceil(1.0 / (0.25 * 0.25 * 2))
     # no model, nothing to cover; nothing measured yet, nothing to size it with
-    assert not Costs.of([trial("space-filling")], 2, model=False).starves()
-    assert not Costs.of([], 2).starves()
+    assert not Costs.of([trial("space-filling")], 2, model=False, budget=64).starves()
+    assert not Costs.of([], 2, budget=64).starves()
 
 
 def test_a_pending_candidate_is_never_suggested_again() -> None:

@@ -35,6 +35,10 @@ OPTIMIZER_SHARE = 1.0
 # trace, 96 evaluations) 1.0 gave a wall of 99 s and 0.25 gave 77 s (0.1: 68 s, with a lower best;
 # bench/bench_batch_share.py, bench/results/batch_share_2026-12-02.log).
 BATCH_SHARE = 0.25
+# The space-filling start of a branch (its blind batches and the cover of its first model ask) takes at most this
+# share of its budget: at 32 evaluations of the dense space an uncapped cover left the GP 2 of a branch's 16 and
+# the median best fell from 1.000 to 0.837 of the optimum (bench/results/search_quality_cover_*.log).
+START_SHARE = 0.25
 BATCH_ROUNDS = 4  # a batch holds at most this many rounds' worth of candidates (more asks would learn too little)
 MODEL_METHODS = frozenset({"gp"})
 
@@ -50,12 +54,14 @@ class Costs:
     # whether the space-filling start must go on to cover the first model ask.
     first_outcomes: bool = False
     pending: int = 0               # candidates picked whose outcomes the ask does not know: replayed while it runs
+    start_room: int = 0            # space-filling picks the branch's start may still take (START_SHARE)
 
     @classmethod
-    def of(cls, known: Sequence[Trial], workers: int, model: bool = True, pending: Sequence[str] = ()) -> Costs:
-        """From the trials a decision may use and how the pending candidates were picked (``suggested_by``).
-        ``model``: the suggester fits one; else its asks cost next to nothing. A process's first model ask also
-        pays imports and compiles, so it is left out of the median."""
+    def of(cls, known: Sequence[Trial], workers: int, model: bool = True, pending: Sequence[str] = (),
+           budget: int = 0) -> Costs:
+        """From the trials a decision may use, how the pending candidates were picked (``suggested_by``) and
+        the branch's ``budget`` of evaluations. ``model``: the suggester fits one; else its asks cost next to
+        nothing. A process's first model ask also pays imports and compiles, so it is left out of the median."""
         evals = [t.eval_seconds for t in known if t.eval_seconds is not None and not t.cache_hit]
         eval_s = statistics.median(evals) if evals else None
         if not model:
@@ -66,7 +72,8 @@ class Costs:
         first = len({t.ask for t in known}) == 1 and not any(t.suggested_by in MODEL_METHODS for t in known) \
             and not MODEL_METHODS.intersection(pending)
         return cls(max(1, workers), eval_s, statistics.median(warm) if warm else MODEL_ASK_PRIOR_S,
-                   first_outcomes=first, pending=len(pending))
+                   first_outcomes=first, pending=len(pending),
+                   start_room=max(0, int(START_SHARE * budget) - len(known) - len(pending)) if first else 0)
 
     def wall_per_eval(self) -> float | None:
         """Wall seconds per evaluation with every worker busy."""
@@ -77,18 +84,23 @@ class Costs:
         pending ones replay in less wall time than ``FIRST_MODEL_ASK_S``. Decided once (``first_outcomes``): the
         batch that covers it is sized from the first outcomes, and the next ask is the model's."""
         wall = self.wall_per_eval()
-        return self.first_outcomes and wall is not None and self.pending * wall < FIRST_MODEL_ASK_S
+        return self.first_outcomes and self.start_room >= self.workers and wall is not None \
+            and self.pending * wall < FIRST_MODEL_ASK_S
 
     def batch_size(self, largest: int) -> int:
         """A multiple of the workers, the smallest whose replays take ``ask_s / BATCH_SHARE``: the next ask is
         then done well before the workers run out of candidates (at most ``largest``). Before the first model
-        ask (:meth:`starves`), the smallest whose replays last ``FIRST_MODEL_ASK_S``: they are what the workers
-        replay while it runs."""
+        ask (:meth:`starves`), the smallest whose replays last ``FIRST_MODEL_ASK_S``, within ``start_room``: they
+        are what the workers replay while it runs."""
         largest = max(largest, self.workers)
         wall = self.wall_per_eval()
         if not wall:
             return self.workers
-        seconds = FIRST_MODEL_ASK_S if self.starves() else self.ask_s / BATCH_SHARE
+        if self.starves():
+            largest = min(largest, self.start_room // self.workers * self.workers)
+            seconds = FIRST_MODEL_ASK_S
+        else:
+            seconds = self.ask_s / BATCH_SHARE
         rounds = math.ceil(seconds / (wall * self.workers))
         return max(self.workers, min(largest, rounds * self.workers))
 
@@ -107,4 +119,4 @@ class Costs:
         return untried * wall <= asking
 
 
-__all__ = ["Costs", "BATCH_ROUNDS", "BATCH_SHARE", "FIRST_MODEL_ASK_S", "MODEL_ASK_PRIOR_S", "OPTIMIZER_SHARE"]
+__all__ = ["Costs", "BATCH_ROUNDS", "BATCH_SHARE", "FIRST_MODEL_ASK_S", "START_SHARE", "MODEL_ASK_PRIOR_S", "OPTIMIZER_SHARE"]

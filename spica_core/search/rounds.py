@@ -387,15 +387,15 @@ class BranchSearch:
         pending_batches = self.batches[max(0, b - lag):] if self.suggester.stalls else self.batches
         pending = [p for batch in pending_batches for p in batch.proposals]
         pending_rounds = [r for batch in pending_batches for r in batch.rounds]
+        budget = self.rounds * self.per_round
         costs = Costs.of(known, self.workers, model=self.suggester.fits_model,
-                         pending=[p.suggested_by for p in pending])
+                         pending=[p.suggested_by for p in pending], budget=budget)
         space = self.suggester.space
         seen = space.seen(known) | {p.index for p in pending if p.index is not None}
         size = costs.batch_size(BATCH_ROUNDS * max(self.per_round, self.workers)) if self.suggester.stalls \
             else self.workers
         rounds = self._quota(known, pending_rounds, size)
         if self.suggester.stalls and not self.enumerating and rounds:
-            budget = self.rounds * self.per_round
             untried = space.size - len(seen)
             left = budget - sum(1 for t in known if t.is_evaluated_success) - len(pending)
             self.enumerating = untried > left and costs.enumeration_pays(untried, left, size)
