@@ -86,11 +86,11 @@ def _search_and_rank(run: ValidatedRun, show_progress: bool) -> SweepSummary:
 
         results = search_task(run, branch_set.branches, context, evaluator, cache, on_result, progress.tick)
         stalls = [r.message for r in results if r.stalled]
-    progress.draw(final=True)
-    ui.update()
-    ranking = rank_task(run, context)
-    trials = stored_trials(run.run_dir, context)
-    emitted = emit_task(run, ranking, trials)
+        progress.draw(final=True)
+        ui.update()
+        ranking = rank_task(run, context)
+        trials = stored_trials(run.run_dir, context)
+        emitted = emit_task(run, ranking, trials, evaluator=evaluator)  # its extra replays on the same workers
     tally = Tally.of(trials)
     publish_summary(run.identity.run_id, config, ranking, tally, str(run.run_dir.path),
                     str(emitted.report.markdown) if emitted.report else None,

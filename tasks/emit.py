@@ -4,7 +4,8 @@ from __future__ import annotations
 from prefect.artifacts import create_link_artifact, create_markdown_artifact
 
 from spica_core.emit import EmitOptions, Emitted, emit_outputs, load_records, provenance_of, records_of
-from spica_core.emit.rechecks import confidence_check, with_headroom, with_spread
+from spica_core.emit.rechecks import recheck
+from spica_core.evaluate import Evaluator
 from spica_core.run.catalog import CATALOG
 from spica_core.store import file_fingerprint
 from spica_core.search import RankedCandidate, Tally, Trial
@@ -15,8 +16,9 @@ from tasks.validate import ValidatedRun
 
 @stage("emit candidates", retries=2)
 def emit_task(run: ValidatedRun, ranking: list[RankedCandidate], trials: list[Trial],
-              options: EmitOptions | None = None) -> Emitted:
-    """Recomputed when the ranking or the options changed; the companion files are rewritten with it."""
+              options: EmitOptions | None = None, evaluator: Evaluator | None = None) -> Emitted:
+    """Recomputed when the ranking or the options changed; the companion files are rewritten with it. The
+    extra replays (headroom, spread, confidence check) run on ``evaluator``, the sweep's workers."""
     rd = run.run_dir
     options = options or EmitOptions.for_goal(run.search_config.goal)
     ranking_fp = file_fingerprint(rd.artifact("ranking")) if rd.has("ranking") else None
@@ -27,12 +29,10 @@ def emit_task(run: ValidatedRun, ranking: list[RankedCandidate], trials: list[Tr
     if emitted is None:
         records = records_of(ranking, tally, provenance)
         chosen = [r.rank for r in options.chosen(records)]
-        records = with_spread(with_headroom(records, chosen, run.search_config, run.trace_file), chosen,
-                              run.search_config, run.trace_file)
+        records, confidence = recheck(records, chosen, run.search_config, run.trace_file, evaluator)
         rd.write("candidates", [r.to_row() for r in records], inputs)
         emitted = emit_outputs(rd, records, options, config=run.search_config, trials=trials, tally=tally,
-                               provenance=provenance, trace_file=run.trace_file,
-                               confidence=confidence_check(records, run.search_config, run.trace_file))
+                               provenance=provenance, trace_file=run.trace_file, confidence=confidence)
     if in_flow_run() and emitted.report is not None:
         run_id = run.identity.run_id
         create_markdown_artifact(key=artifact_key(run_id, "report"), markdown=emitted.report.markdown.read_text(),

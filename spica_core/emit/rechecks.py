@@ -11,6 +11,8 @@
   (``spica_core.evaluate.bands``). Only SLA-based objectives (goodput) can move; for the others the
   SLA does not enter the score.
 
+They run side by side on the sweep's workers (``spica_core.evaluate.jobs``): a headroom search is a chain of
+replays, each depending on the last, so a free worker takes another candidate's next replay meanwhile.
 ``spica emit`` replays nothing, so it keeps what the sweep's emit stage found.
 """
 from __future__ import annotations
@@ -23,10 +25,12 @@ from typing import Any
 from spica_core.config.model import GOODPUT_TARGETS, SmartSearchConfig
 from spica_core.emit.records import CandidateRecord
 from spica_core.errors import SpicaError
-from spica_core.evaluate.evaluator import EvalRequest, evaluate_one
 from spica_core.evaluate.bands import load_bands
-from spica_core.evaluate.headroom import find_headroom, metrics_attainment
-from spica_core.evaluate.repeats import replay_is_exact, replay_spread
+from spica_core.evaluate.evaluator import EvalRequest
+from spica_core.evaluate.headroom import headroom_job, metrics_attainment
+from spica_core.evaluate.jobs import Job, run_job, run_jobs
+from spica_core.evaluate.repeats import replay_is_exact, spread_job
+from spica_core.evaluate.workers import Evaluator
 
 CHECK_CONFIDENCE = 0.9
 CHECK_TOP = 5
@@ -56,35 +60,16 @@ def request_of(record: CandidateRecord, config: SmartSearchConfig, trace_file: P
 
 
 def with_headroom(records: Sequence[CandidateRecord], ranks: Sequence[int], config: SmartSearchConfig,
-                  trace_file: Path | None) -> list[CandidateRecord]:
+                  trace_file: Path | None, evaluator: Evaluator | None = None) -> list[CandidateRecord]:
     """The records with the headroom of those in ``ranks`` (None for every record without an SLA)."""
-    if config.goal.sla is None:
-        return list(records)
-    out = []
-    for r in records:
-        if r.rank in ranks:
-            r = replace(r, headroom=find_headroom(request_of(r, config, trace_file), metrics_attainment(r.metrics)))
-        out.append(r)
-    return out
+    return recheck(records, ranks, config, trace_file, evaluator, spread=False, confidence=None)[0]
 
 
 def with_spread(records: Sequence[CandidateRecord], ranks: Sequence[int], config: SmartSearchConfig,
-                trace_file: Path | None) -> list[CandidateRecord]:
+                trace_file: Path | None, evaluator: Evaluator | None = None) -> list[CandidateRecord]:
     """The records whose replay is not exact (KV router) among ``ranks``, with their run-to-run spread in
     their bands; a candidate whose extra replay fails keeps its band and gets the reason as its spread note."""
-    out = []
-    for r in records:
-        c = r.candidate
-        if r.rank in ranks and not replay_is_exact(c):
-            try:
-                spread = replay_spread(request_of(r, config, trace_file), SPREAD_REPEATS).band_spread()
-            except SpicaError:
-                spread = {}
-            widened = {k: SPREAD_WIDENING * v for k, v in spread.items()}
-            bands = load_bands().bands(c.context.model_name, c.context.hardware_sku, c.backend, r.metrics, widened)
-            r = replace(r, bands=bands)
-        out.append(r)
-    return out
+    return recheck(records, ranks, config, trace_file, evaluator, headroom=False, confidence=None)[0]
 
 
 def sla_moves_score(config: SmartSearchConfig) -> bool:
@@ -93,18 +78,66 @@ def sla_moves_score(config: SmartSearchConfig) -> bool:
 
 
 def confidence_check(records: Sequence[CandidateRecord], config: SmartSearchConfig, trace_file: Path | None,
-                     confidence: float = CHECK_CONFIDENCE, top: int = CHECK_TOP) -> ConfidenceCheck | None:
+                     confidence: float = CHECK_CONFIDENCE, top: int = CHECK_TOP,
+                     evaluator: Evaluator | None = None) -> ConfidenceCheck | None:
     """Replay the top ``top`` records with the SLA at ``confidence``; None when the SLA cannot move a score
     or the goal already asks for that confidence."""
-    if not sla_moves_score(config) or config.goal.sla_confidence == confidence or not records:
-        return None
-    goal = config.goal.model_copy(update={"sla_confidence": confidence})
-    scores: dict[int, float | None] = {}
-    for r in records[:top]:
-        outcome = evaluate_one(request_of(r, config, trace_file, goal))
-        scores[r.rank] = outcome.score if outcome.feasible else None
-    return ConfidenceCheck(confidence, scores)
+    return recheck(records, (), config, trace_file, evaluator, confidence=confidence, top=top)[1]
 
 
-__all__ = ["ConfidenceCheck", "confidence_check", "sla_moves_score", "with_headroom", "with_spread", "request_of",
-           "CHECK_CONFIDENCE", "CHECK_TOP"]
+def recheck(records: Sequence[CandidateRecord], ranks: Sequence[int], config: SmartSearchConfig,
+            trace_file: Path | None, evaluator: Evaluator | None = None, *, headroom: bool = True,
+            spread: bool = True, confidence: float | None = CHECK_CONFIDENCE,
+            top: int = CHECK_TOP) -> tuple[list[CandidateRecord], ConfidenceCheck | None]:
+    """Every extra replay of the emit stage at once: the headroom and the spread of the records in ``ranks``,
+    and the ``confidence`` check of the top ``top`` (None: no check). On ``evaluator``, a free worker takes
+    the next replay of any of them; without one, they run one after another in this process."""
+    jobs: dict[tuple[str, int], Job[Any]] = {}
+    for r in records:
+        if r.rank not in ranks:
+            continue
+        if headroom and config.goal.sla is not None:
+            jobs["headroom", r.rank] = headroom_job(request_of(r, config, trace_file), metrics_attainment(r.metrics))
+        if spread and not replay_is_exact(r.candidate):
+            jobs["spread", r.rank] = _spread_or_none(request_of(r, config, trace_file))
+    checking = (confidence is not None and sla_moves_score(config) and config.goal.sla_confidence != confidence
+                and bool(records))
+    if checking:
+        goal = config.goal.model_copy(update={"sla_confidence": confidence})
+        for r in records[:top]:
+            jobs["confidence", r.rank] = _score(request_of(r, config, trace_file, goal))
+    if evaluator is None:
+        found = dict(zip(jobs, (run_job(job) for job in jobs.values())))
+    else:
+        found = dict(zip(jobs, run_jobs(evaluator, list(jobs.values()))))
+    out = []
+    for r in records:
+        if ("headroom", r.rank) in found:
+            r = replace(r, headroom=found["headroom", r.rank])
+        if ("spread", r.rank) in found:
+            widened = {k: SPREAD_WIDENING * v for k, v in found["spread", r.rank].items()}
+            bands = load_bands().bands(r.candidate.context.model_name, r.candidate.context.hardware_sku,
+                                       r.candidate.backend, r.metrics, widened)
+            r = replace(r, bands=bands)
+        out.append(r)
+    if not checking:
+        return out, None
+    return out, ConfidenceCheck(confidence, {rank: v for (kind, rank), v in found.items() if kind == "confidence"})  # type: ignore[arg-type]
+
+
+def _spread_or_none(request: EvalRequest) -> Job[dict[str, float]]:
+    """The candidate's band spread; empty when one of its replays is not scored (its band stays as it was)."""
+    try:
+        return (yield from spread_job(request, SPREAD_REPEATS)).band_spread()
+    except SpicaError:
+        return {}
+
+
+def _score(request: EvalRequest) -> Job[float | None]:
+    """One replay's score; None when it is not feasible."""
+    (outcome,) = yield [request]
+    return outcome.score if outcome.feasible else None
+
+
+__all__ = ["ConfidenceCheck", "confidence_check", "recheck", "sla_moves_score", "with_headroom", "with_spread",
+           "request_of", "CHECK_CONFIDENCE", "CHECK_TOP"]

@@ -15,11 +15,12 @@ holds and at 1.1 × it does not (unless the scale is the cap), as far as attainm
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from spica_core.evaluate.evaluator import EvalRequest, Outcome, evaluate_one
+from spica_core.evaluate.jobs import Job, run_job
 
 TOLERANCE = 1.05   # the bracket's ratio when the search stops
 FLOOR = 1 / 16     # the smallest scale searched for a candidate that misses at today's traffic
@@ -68,7 +69,13 @@ def metrics_attainment(metrics: Mapping[str, Any]) -> float | None:
 
 def find_headroom(req: EvalRequest, today: float | None = None, *,
                   evaluate: Callable[[EvalRequest], Outcome] = evaluate_one) -> Headroom | None:
-    """The candidate's headroom under ``req.goal``; None without an SLA (there is nothing to break).
+    """The candidate's headroom under ``req.goal``, one replay after another through ``evaluate``; None without
+    an SLA (there is nothing to break). ``today``: as in :func:`headroom_job`."""
+    return run_job(headroom_job(req, today), evaluate)
+
+
+def headroom_job(req: EvalRequest, today: float | None = None) -> Job[Headroom | None]:
+    """The headroom search as a job (``spica_core.evaluate.jobs``): it yields one scaled request at a time.
 
     ``today`` is the attainment at today's traffic when the caller has it (it is not replayed again).
     """
@@ -78,37 +85,36 @@ def find_headroom(req: EvalRequest, today: float | None = None, *,
     req = replace(req, goal=goal.model_copy(update={"robust_scale": 1.0}))  # one replay per scale
     target, cap = goal.headroom_attainment, float(goal.headroom_max)
     points: dict[float, float] = {}
-    replays = 0
 
-    def holds(scale: float) -> bool:
-        nonlocal replays
+    def holds(scale: float) -> Generator[list[EvalRequest], Sequence[Outcome], bool]:
         if scale not in points:
             if scale == 1.0 and today is not None:
                 points[scale] = today
             else:
-                points[scale] = attainment(evaluate(req.scaled(scale)))
-                replays += 1
+                (outcome,) = yield [req.scaled(scale)]
+                points[scale] = attainment(outcome)
         return points[scale] >= target
 
     def result(scale: float, **flags: bool) -> Headroom:
+        replays = len(points) - (today is not None and 1.0 in points)
         return Headroom(scale, points[scale], replays, points=tuple(sorted(points.items())), **flags)
 
-    if holds(1.0):
-        if cap == 1.0 or holds(cap):
+    if (yield from holds(1.0)):
+        if cap == 1.0 or (yield from holds(cap)):
             return result(cap, capped=True)
         lo, hi = 1.0, cap
     else:
-        if not holds(FLOOR):
+        if not (yield from holds(FLOOR)):
             return result(FLOOR, below_floor=True)
         lo, hi = FLOOR, 1.0
     while hi / lo > TOLERANCE:
         mid = math.sqrt(lo * hi)
-        if holds(mid):
+        if (yield from holds(mid)):
             lo = mid
         else:
             hi = mid
     return result(lo)
 
 
-__all__ = ["Headroom", "find_headroom", "attainment", "metrics_attainment",
+__all__ = ["Headroom", "find_headroom", "headroom_job", "attainment", "metrics_attainment",
            "TOLERANCE", "FLOOR"]

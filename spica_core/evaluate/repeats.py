@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 from spica_core.errors import SpicaError
 from spica_core.deployment import Candidate
-from spica_core.evaluate.evaluator import EvalRequest, Outcome, evaluate_one
+from spica_core.evaluate.evaluator import EvalRequest, Outcome
+from spica_core.evaluate.jobs import Job, run_job
 
 DEFAULT_REPEATS = 3
 
@@ -93,16 +94,20 @@ def replay_spread(request: EvalRequest, n: int = DEFAULT_REPEATS) -> ReplaySprea
     process spread like replays in separate processes. Raises :class:`SpicaError` with the outcome's reason
     when a replay is not feasible: a spread is only defined for a scored candidate.
     """
+    return run_job(spread_job(request, n))
+
+
+def spread_job(request: EvalRequest, n: int = DEFAULT_REPEATS) -> Job[ReplaySpread]:
+    """:func:`replay_spread` as a job (``spica_core.evaluate.jobs``): its ``n`` replays are asked for at once,
+    so they run in parallel on the workers that are free."""
     if n < 1:
         raise ValueError("n must be >= 1")
     exact = replay_is_exact(request.candidate)
-    outcomes: list[Outcome] = []
     start = time.perf_counter()
-    for i in range(1 if exact else n):
-        out = evaluate_one(request)
+    outcomes = list((yield [request] * (1 if exact else n)))
+    for i, out in enumerate(outcomes):
         if not out.feasible or out.score is None:
             raise SpicaError(f"replay {i + 1} of {n} of the candidate was {out.status.value}: {out.reason}")
-        outcomes.append(out)
     replay_s = sum(float(o.timings.get("replay_s", 0.0)) for o in outcomes) or time.perf_counter() - start
     scores = tuple(float(o.score) for o in outcomes if o.score is not None)
 
@@ -113,4 +118,4 @@ def replay_spread(request: EvalRequest, n: int = DEFAULT_REPEATS) -> ReplaySprea
                         mean_itl_ms=metric("mean_itl_ms"), scores=scores, replay_seconds=replay_s)
 
 
-__all__ = ["DEFAULT_REPEATS", "Range", "ReplaySpread", "replay_is_exact", "replay_spread"]
+__all__ = ["DEFAULT_REPEATS", "Range", "ReplaySpread", "replay_is_exact", "replay_spread", "spread_job"]
