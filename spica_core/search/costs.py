@@ -119,4 +119,5 @@ class Costs:
         return untried * wall <= asking
 
 
-__all__ = ["Costs", "BATCH_ROUNDS", "BATCH_SHARE", "FIRST_MODEL_ASK_S", "START_SHARE", "MODEL_ASK_PRIOR_S", "OPTIMIZER_SHARE"]
+__all__ = ["Costs", "BATCH_ROUNDS", "BATCH_SHARE", "FIRST_MODEL_ASK_S", "MODEL_ASK_PRIOR_S", "OPTIMIZER_SHARE",
+           "START_SHARE"]
