@@ -36,8 +36,9 @@ OPTIMIZER_SHARE = 1.0
 # bench/bench_batch_share.py, bench/results/batch_share_2026-12-02.log).
 BATCH_SHARE = 0.25
 # The space-filling start of a branch (its blind batches and the cover of its first model ask) takes at most this
-# share of its budget: at 32 evaluations of the dense space an uncapped cover left the GP 2 of a branch's 16 and
-# the median best fell from 1.000 to 0.837 of the optimum (bench/results/search_quality_cover_*.log).
+# share of its budget: uncapped, a cover of cheap replays could fill most of a branch's budget, and at 32
+# evaluations of the dense space the median best fell from 1.000 to 0.837 of the optimum
+# (bench/results/search_quality_cover_*.log).
 START_SHARE = 0.25
 BATCH_ROUNDS = 4  # a batch holds at most this many rounds' worth of candidates (more asks would learn too little)
 MODEL_METHODS = frozenset({"gp"})
