@@ -4,6 +4,7 @@
     .venv/bin/python bench/bench_search.py --quick    # a smoke run (1 seed, small budgets)
     .venv/bin/python bench/bench_search.py --live     # only the timed sweeps on live replays (~5 min)
     .venv/bin/python bench/bench_search.py --cli      # the dense and MoE timed sweeps as `spica sweep` runs
+    .venv/bin/python bench/bench_search.py --small    # the small spaces' default ÷ thorough wall, alternated pairs
 
 Writes ``bench/results/search.json`` and the results section of ``docs/benchmarks.md``.
 
@@ -459,6 +460,8 @@ def main() -> None:
     ap.add_argument("--cli", action="store_true",
                     help="only the dense and MoE timed sweeps, each as `spica sweep` in a new process (share of the "
                          "search stage outside replays), into bench/results/search_cli.json")
+    ap.add_argument("--small", action="store_true",
+                    help="only the two small spaces, default vs thorough in alternated pairs (5 and 3), printed")
     ap.add_argument("--runs", type=int, default=2, help="with --cli: measured sweeps per space")
     ap.add_argument("--baseline", metavar="GIT_REF", help="with --cli: also measure this commit, interleaved")
     args = ap.parse_args()
@@ -470,6 +473,9 @@ def main() -> None:
         return
     if args.live:
         live_only()
+        return
+    if args.small:
+        small_only()
         return
     if args.default_quality:
         default_quality()
@@ -570,6 +576,19 @@ def cli_shares(runs: int = 2, baseline: str | None = None) -> dict[str, Any]:
                 print(f"[cli {name}] {tree}: shares {out[tree][name]['outside_replay_ratio_runs']}, "
                       f"command walls {out[tree][name]['wall_runs_s']}", flush=True)
     return out
+
+
+def small_only() -> None:
+    """The default ÷ thorough wall of the two small spaces, in more alternated pairs than ``--live`` runs: a
+    sweep of the 45-candidate space takes about a second, so one pair is mostly noise."""
+    TRACES.mkdir(parents=True, exist_ok=True)
+    with EvalPool(WORKERS, max_eval_seconds=300) as pool:
+        ready_as_the_cli_is(pool)
+        small = {"45": bench_small("small-45", SMALL_SPACE, make_trace("shared_prefix_400", 400), pool, 3, PER_ROUND,
+                                   pairs=5),
+                 "90": bench_small("small-90", MEDIUM_SPACE, make_trace("shared_prefix_4000", 4000), pool, 8, 4)}
+    print(json.dumps({size: {k: s[k] for k in ("walls_s", "wall_ratio", "best_ratio", "methods")}
+                      for size, s in small.items()}, indent=1))
 
 
 def live_only() -> None:
