@@ -549,3 +549,15 @@ def test_ray_a_client_server_that_fails_to_start_once_is_tried_again(ray_cluster
     with pytest.raises(SpicaError, match="cannot connect to the Ray cluster at .*version mismatch"):
         make_evaluator(1, 120, ray_cluster)
     assert len(calls) == 3
+
+
+def test_a_ray_connect_failure_names_what_failed_on_the_head_and_retries_a_busy_head() -> None:
+    from spica_core.evaluate.cluster import _RAY_TRANSIENT, _connect_failure
+
+    busy = ConnectionAbortedError("Initialization failure from server:\nTraceback (most recent call last):\n"
+                                  "  File \"proxier.py\", line 780\nRuntimeError: Proxy failed to Connect to backend!")
+    assert _connect_failure(busy) == ("ConnectionAbortedError: Initialization failure from server: "
+                                      "RuntimeError: Proxy failed to Connect to backend!")
+    assert any(m in str(busy) for m in _RAY_TRANSIENT)
+    assert not any(m in "Version mismatch: client 2.9 server 2.8" for m in _RAY_TRANSIENT)
+    assert _connect_failure(ConnectionError("refused\nmore")) == "ConnectionError: refused"

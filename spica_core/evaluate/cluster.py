@@ -54,6 +54,7 @@ NO_WORKER_S = 120.0       # a batch with work but no usable worker for this long
 KILL_GRACE_S = 10.0       # a killed Dask worker still registered after this is left alone (never used again)
 LOST_LIMIT = 2            # losses of a worker after which a candidate is failed (so: retried once)
 PREFETCH = 1              # evaluations queued on a slot behind its running one (hides the engine's round trip)
+_RAY_TRANSIENT = ("client server failed", "Proxy failed to Connect to backend")
 RAY_CONNECT_ATTEMPTS = 3   # the Ray head failing to start this client's server process is tried again
 STEAL_AFTER_S = 1.0       # a slot that runs dry takes a candidate queued behind one running this long
 
@@ -649,12 +650,14 @@ class _RayBackend:
                 ray.init(address, logging_level=logging.WARNING, log_to_driver=False)
                 break
             except Exception as exc:  # noqa: BLE001 - ConnectionError, version mismatch, ...
-                # The head starts a server process per client; on a busy head that start can fail once.
-                transient = isinstance(exc, ConnectionAbortedError) and "client server failed" in str(exc)
+                # The head starts a server process per client; on a busy head that start, or the wait for its
+                # channel, can fail once (Ray's proxier: "Starting Ray client server failed", "Proxy failed to
+                # Connect to backend").
+                transient = isinstance(exc, ConnectionAbortedError) and any(m in str(exc) for m in _RAY_TRANSIENT)
                 if not transient or attempt + 1 == RAY_CONNECT_ATTEMPTS:
-                    raise ClusterError(f"cannot connect to the Ray cluster at {address}: "
-                                       f"{type(exc).__name__}: {_first_line(exc)}") from None
-                log.warning("connecting to the Ray cluster at %s: %s; trying again", address, _first_line(exc))
+                    raise ClusterError(f"cannot connect to the Ray cluster at {address}: {_connect_failure(exc)}") \
+                        from None
+                log.warning("connecting to the Ray cluster at %s: %s; trying again", address, _connect_failure(exc))
                 ray.shutdown()
                 time.sleep(1.0)
         self._connected = True
@@ -824,6 +827,15 @@ class _RayBackend:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+def _connect_failure(exc: BaseException) -> str:
+    """Why ``ray.init`` failed: its first line and, when that line only announces the head's traceback
+    ("Initialization failure from server:"), the traceback's last line, which says what failed."""
+    text = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if len(text) > 1 and text[0].endswith(":"):
+        return f"{type(exc).__name__}: {text[0]} {text[-1]}"
+    return _first_line(exc)
 
 
 __all__ = ["ClusterEvaluator", "check_reachable"]
