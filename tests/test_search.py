@@ -330,6 +330,21 @@ def test_space_filling_lasts_until_the_first_model_ask_is_covered() -> None:
     assert not Costs.of([], 2, budget=64).starves()
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("first_ask_s", [3.0, 0.0])
+def test_the_search_space_fills_a_batch_to_cover_its_first_model_ask(monkeypatch: pytest.MonkeyPatch,
+                                                                      first_ask_s: float) -> None:
+    # the model pays and batches hold one candidate per worker; only the cover rule is left to decide
+    keep_the_model_on(monkeypatch)
+    monkeypatch.setattr(search_costs, "FIRST_MODEL_ASK_S", first_ask_s)
+    config = make(sweep={"candidates_per_round": 4, "max_rounds": 3, "seed": 0})
+    history = search(branch_of(config), SearchContext(config, None, None)).trials
+    by_ask = {t.ask: t.suggested_by for t in history}
+    # one worker, budget 12: the start may take a quarter, 3; two blind picks leave room for one more
+    covered = ["space-filling", "space-filling", "space-filling", "gp"]
+    assert [by_ask[a] for a in range(4)] == (covered if first_ask_s else covered[:2] + ["gp", "gp"])
+
+
 def test_a_pending_candidate_is_never_suggested_again() -> None:
     config = make({"agg_max_num_seqs": [256, 512]}, sweep={"candidates_per_round": 4, "seed": 1})
     branch = branch_of(config)
