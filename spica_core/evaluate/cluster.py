@@ -40,7 +40,8 @@ from typing import Any
 from spica_core.config.model import CLUSTER_FORMS, parse_cluster_address
 from spica_core.errors import ClusterError, RemoteTaskError, WorkerLost
 from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status, evaluate_in_worker
-from spica_core.evaluate.workers import POLL_S, WorkerGroup, check_abandoned, evaluate_all, late, warm_engines
+from spica_core.evaluate.jobs import evaluate_all
+from spica_core.evaluate.workers import POLL_S, WorkerGroup, check_abandoned, late, warm_engines
 from spica_core.evaluate.ray_private import no_auto_init
 
 log = logging.getLogger(__name__)

@@ -78,4 +78,14 @@ def run_jobs(evaluator: Evaluator, jobs: Sequence[Job[Any]]) -> list[Any]:
     return [r.result for r in running]
 
 
-__all__ = ["Job", "run_job", "run_jobs"]
+def evaluate_all(evaluator: Evaluator, requests: Sequence[EvalRequest]) -> list[Outcome]:
+    """A batch through the stream, as one job that asks for all of it: each free slot takes the next request,
+    outcomes in request order."""
+    return run_jobs(evaluator, [_batch(requests)])[0]  # type: ignore[no-any-return]
+
+
+def _batch(requests: Sequence[EvalRequest]) -> Job[list[Outcome]]:
+    return list((yield list(requests)))
+
+
+__all__ = ["Job", "evaluate_all", "run_job", "run_jobs"]

@@ -26,8 +26,9 @@ from spica_core.errors import SpicaError, WorkerStoppedError
 from spica_core.evaluate.children import start_child
 from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status, evaluate_in_worker, evaluate_one
 from spica_core.evaluate.workers import (
-    ABANDONED, POLL_S, WorkerGroup, check_abandoned, evaluate_all, late, warm_engines,
+    ABANDONED, POLL_S, WorkerGroup, check_abandoned, late, warm_engines,
 )
+from spica_core.evaluate.jobs import evaluate_all
 
 TERM_GRACE_S = 1.0    # SIGTERM → SIGKILL
 # A ready worker yields the CPU to the sweep's own process and its optimizer process: the workers wait for

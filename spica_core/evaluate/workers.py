@@ -1,5 +1,6 @@
-"""What every evaluator shares: the stream interface, the batch run over it, the context-manager life cycle,
-the hard deadline, the stop flag, and the engines a worker imports before its first candidate.
+"""What every evaluator shares: the stream interface, the context-manager life cycle, the hard deadline, the
+stop flag, and the engines a worker imports before its first candidate. A batch run over the stream is a job
+(``jobs.evaluate_all``).
 
 The local pool (``pool``) and the Dask/Ray evaluator (``cluster``) both build on this module, never on each other.
 """
@@ -46,20 +47,6 @@ class Evaluator(Protocol):
     def in_flight(self) -> int: ...
 
     def evaluate_batch(self, requests: Sequence[EvalRequest]) -> list[Outcome]: ...
-
-
-def evaluate_all(evaluator: Evaluator, requests: Sequence[EvalRequest]) -> list[Outcome]:
-    """A batch through the stream: each free slot takes the next request, outcomes in request order."""
-    results: dict[int, Outcome] = {}
-    tickets: dict[int, int] = {}
-    queue = list(range(len(requests)))
-    while queue or tickets:
-        while queue and evaluator.capacity() > 0:
-            i = queue.pop(0)
-            tickets[evaluator.submit(requests[i])] = i
-        for ticket, outcome in evaluator.poll(POLL_S):
-            results[tickets.pop(ticket)] = outcome
-    return [results[i] for i in range(len(requests))]
 
 
 def check_abandoned() -> None:
@@ -112,4 +99,4 @@ def late(request: EvalRequest, elapsed: float, max_eval_seconds: float | None) -
                    timings={"wall_s": elapsed}, eval_id=request.eval_id)
 
 
-__all__ = ["ABANDONED", "POLL_S", "Evaluator", "WorkerGroup", "check_abandoned", "evaluate_all", "late", "warm_engines"]
+__all__ = ["ABANDONED", "POLL_S", "Evaluator", "WorkerGroup", "check_abandoned", "late", "warm_engines"]
