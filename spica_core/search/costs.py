@@ -24,8 +24,9 @@ from spica_core.search.trials import Trial
 # Before the first model ask of a branch: a warm GP-UCB-PE fit plus a few picks on two cores.
 MODEL_ASK_PRIOR_S = 1.0
 # From a branch's first model ask's start to its picks: the process's GP tracing (which it waits for, or does
-# itself) and a fit. Measured in `spica sweep` on 2 cores, 2.4 s (MoE) and 2.9 / 3.3 s (dense's two branches;
-# the second also waits for the first's turn) (bench/bench_cli_timeline.py, bench/results/cli_timeline_*.log).
+# itself) and a fit. Measured in `spica sweep` on 2 cores, 2.9 / 3.3 s (dense's two branches; the second also
+# waits for the first's turn: bench/bench_cli_timeline.py, bench/results/cli_timeline_cpu_2026-12-06.log), and
+# 2.4 s in a MoE run whose log was not kept.
 FIRST_MODEL_ASK_S = 3.0
 # A model ask pays when it costs at most this share of the replay time of the candidates it proposes.
 OPTIMIZER_SHARE = 1.0
