@@ -4,10 +4,12 @@ Nothing here runs a replay; ``bench/bench_accuracy.py`` drives the evaluations. 
 goes through (which Spica model id, which precision pin, which parallel pin, why it is skipped) is a
 function of the row alone, so the tests can check it without the runtime.
 
-Protocol (``/work/shared/spec/accuracy.md`` §5): closed loop at the row's concurrency c
-(``workload.concurrency``), 10 × c measured requests, ISL and OSL each uniform integers in
-[⌊0.8·L⌋, L] (``workload.length_spread: 0.2``, unshared prompts; prefix caching off anyway), batching from vLLM's
-defaults (8,192 batched tokens, ``max_num_seqs = max(256, c)``), round-robin routing, planner off.
+Protocol (docs/accuracy.md, "How rows were replayed"): closed loop at the row's concurrency c
+(``workload.concurrency``); InferenceX rows: 10 × c measured requests, ISL and OSL each uniform integers in
+[⌊0.8·L⌋, L] (``workload.length_spread: 0.2``, unshared prompts; prefix caching off anyway); AI Configurator's
+own gap-analysis rows: the benchmark AIC generates, 20 × c requests of fixed lengths (``length_spread: 0``).
+Batching from vLLM's defaults (8,192 batched tokens, ``max_num_seqs = max(256, c)``), round-robin routing,
+planner off.
 """
 from __future__ import annotations
 
@@ -21,8 +23,11 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
-REQUESTS_PER_CONCURRENCY = 10            # accuracy.md §5.2: 10 × c measured requests
-LENGTH_SPREAD = 0.2                      # accuracy.md §5.3: uniform in [⌊0.8 L⌋, L] (workload.length_spread)
+REQUESTS_PER_CONCURRENCY = 10            # InferenceX: 10 × c measured requests
+LENGTH_SPREAD = 0.2                      # InferenceX: uniform in [⌊0.8 L⌋, L] (workload.length_spread)
+AIC_BENCH_REQUESTS_PER_CONCURRENCY = 20  # AIC's generated benchmark: aiperf --num-requests 20c
+AIC_BENCH_LENGTH_SPREAD = 0.0            # ... with --isl-stddev 0 --osl-stddev 0: fixed lengths
+AIC_GAP_ANALYSIS = "aic-auto-gap-analysis"
 MAX_NUM_BATCHED_TOKENS = 8192            # vLLM's default on ≥ 70 GiB GPUs (accuracy.md §2, [V3])
 MIN_MAX_NUM_SEQS = 256                   # AISimulate's pin max(256, c) (accuracy.md §4)
 
@@ -126,6 +131,24 @@ def measured_date(row: SiliconRow) -> str | None:
     return m.group(1) if m else None
 
 
+@dataclass(frozen=True)
+class Protocol:
+    """How the client drove a row: requests per unit of concurrency and the spread of ISL/OSL."""
+
+    requests_per_concurrency: int
+    length_spread: float
+
+
+def protocol_for(row: SiliconRow) -> Protocol:
+    """InferenceX's client (uniform lengths in [⌊0.8 L⌋, L], 10 × c) for every row, except AIC's own gap-analysis
+    rows (``aic-auto-gap-analysis`` in the source), which come from the benchmark AIC generates: aiperf with
+    20 × c requests and ISL/OSL standard deviation 0. Their SGLang and TRT-LLM TTFTs grow like c prefills, the
+    signature of requests that start and finish in lock-step, which only fixed lengths produce."""
+    if AIC_GAP_ANALYSIS in row.source:
+        return Protocol(AIC_BENCH_REQUESTS_PER_CONCURRENCY, AIC_BENCH_LENGTH_SPREAD)
+    return Protocol(REQUESTS_PER_CONCURRENCY, LENGTH_SPREAD)
+
+
 def source_kind(row: SiliconRow) -> str:
     s = row.source
     if s.startswith("db-dump/"):
@@ -169,6 +192,9 @@ FAMILY_CHECKPOINTS: dict[tuple[str, str], str] = {
 _FAMILIES = {"bfloat16": "bf16", "bf16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "fp8_static": "fp8",
              "nvfp4": "fp4", "w4a16_mxfp4": "fp4", "mxfp4": "fp4", "w4a8_mxfp4_mxfp8": "fp4",
              "int4_wo": "int4", "w4afp8": "int4"}
+
+
+from spica_core.space.precision import WEIGHT_BITS  # noqa: E402  (the product's own ordering of precisions)
 
 
 def family(mode: str) -> str:
@@ -263,8 +289,13 @@ def choose_precision(row: SiliconRow, bundled: Sequence[str], checkpoint: Any = 
             notes.append(f"row labelled gemm {gemm}/moe {moe}; {name} is a pre-quantized {ck.gemm}/{ck.moe} "
                          "checkpoint of the same family, served at its own precision (no pin)")
             return PrecisionChoice(name, None, "; ".join(notes))
+        if (gemm == (moe if ck.is_moe else gemm) and gemm in WEIGHT_BITS
+                and WEIGHT_BITS[gemm] < WEIGHT_BITS.get(ck.quantization, 0)):
+            notes.append(f"quantization pinned to {gemm}: {name} served from a {gemm} checkpoint of the same "
+                         f"architecture (its own is {ck.quantization})")
+            return PrecisionChoice(name, gemm, "; ".join(notes))
         return (f"precision: row gemm {gemm}/moe {moe} on pre-quantized {ck.gemm}/{ck.moe} checkpoint {name} "
-                "(a pre-quantized checkpoint runs only at its own precision)")
+                "(a pre-quantized checkpoint runs at its own precision or from one of fewer weight bits)")
     if ck.is_moe and gemm != moe:
         return (f"precision: gemm {gemm} and moe {moe} differ from each other and from the checkpoint's "
                 f"{ck.quantization} (one quantization pin covers both)")
@@ -299,7 +330,7 @@ class RowPlan:
 
     @property
     def measured_requests(self) -> int:
-        return REQUESTS_PER_CONCURRENCY * self.concurrency
+        return protocol_for(self.row).requests_per_concurrency * self.concurrency
 
     @property
     def total_requests(self) -> int:
@@ -430,8 +461,8 @@ def engine_knobs(plan: RowPlan) -> dict[str, Any]:
 
 def make_config(plan: RowPlan) -> dict[str, Any]:
     """The Spica config (a mapping ``spica evaluate`` accepts as YAML, self-contained) that replays the row:
-    a closed loop at the row's concurrency, its request count, ISL and OSL each uniform in [⌊0.8 L⌋, L]
-    (``workload.length_spread`` 0.2, accuracy.md §5.3, [X2]) with unshared prompts."""
+    a closed loop at the row's concurrency, its request count and length spread (``protocol_for``) with
+    unshared prompts."""
     space: dict[str, Any] = {
         "model_name": plan.model, "hardware_sku": plan.row.system, "gpu_budget": max(1, plan.gpus),
         "deployment_mode": [plan.mode], "backend": [plan.row.backend], "parallel_configs": [plan.parallel],
@@ -445,7 +476,7 @@ def make_config(plan: RowPlan) -> dict[str, Any]:
         space["kv_cache_dtype"] = plan.kv_cache_dtype
     workload: dict[str, Any] = {"isl": plan.row.isl, "osl": plan.row.osl, "concurrency": plan.concurrency,
                                 "num_request_ratio": plan.total_requests / plan.concurrency,
-                                "length_spread": LENGTH_SPREAD}
+                                "length_spread": protocol_for(plan.row).length_spread}
     return {"search_space": space, "workload": workload, "goal": {"target": "throughput"},
             "sweep": {"parallel_evals": 1}}
 
@@ -515,7 +546,7 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return summary
 
 
-BAND_QUANTILES = (("p10", 0.10), ("p50", 0.50), ("p90", 0.90), ("p95", 0.95), ("p99", 0.99))
+BAND_QUANTILES = (("p05", 0.05), ("p10", 0.10), ("p50", 0.50), ("p90", 0.90), ("p95", 0.95), ("p99", 0.99))
 
 
 def band_keys(row: Mapping[str, Any]) -> list[str]:
@@ -544,6 +575,7 @@ def bands(rows: Sequence[Mapping[str, Any]], min_rows: int = 10) -> dict[str, di
     return out
 
 
-__all__ = ["SiliconRow", "RowPlan", "load_rows", "parse_row", "plan_row", "choose_precision", "parallel_pin",
+__all__ = ["SiliconRow", "RowPlan", "Protocol", "protocol_for", "load_rows", "parse_row", "plan_row",
+           "choose_precision", "parallel_pin",
            "make_config", "error_stats", "summarize", "bands",
            "band_keys", "silicon_csv", "MODEL_ALIASES", "FAMILY_CHECKPOINTS"]

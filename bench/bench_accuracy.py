@@ -38,6 +38,7 @@ from bench.accuracy_rows import (REPO, RowPlan, bands, checkpoint_of, load_rows,
 RESULTS = REPO / "bench" / "results"
 OUT = RESULTS / "accuracy.json"
 BANDS = REPO / "spica_core" / "evaluate" / "data" / "bands.json"
+SERVING = REPO / "spica_core" / "evaluate" / "data" / "serving.json"
 DOC = REPO / "docs" / "accuracy.md"
 IMG = REPO / "docs" / "img"
 MAX_EVAL_SECONDS = float(os.environ.get("SPICA_ACCURACY_MAX_EVAL_SECONDS", "300"))
@@ -153,9 +154,13 @@ def run_plans(plans: list[RowPlan], workers: int) -> dict[str, dict[str, Any]]:
                                        "replay_s": outcome.timings.get("replay_s")}
                 if outcome.feasible:
                     rep = outcome.report
+                    overhead = float(rep.get("serving_overhead_ms") or 0.0)
                     res["predicted"] = {"ttft_ms": float(rep["mean_ttft_ms"]), "tpot_ms": float(rep["mean_itl_ms"])}
-                    res["report"] = {k: rep.get(k) for k in ("median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
-                                                             "completed_requests", "num_requests")}
+                    # the replay alone: assemble() adds the serving constants it fits (accuracy_cv.predict)
+                    res["report"] = {"mean_ttft_ms": float(rep["mean_ttft_ms"]) - overhead,
+                                     "mean_itl_ms": float(rep["mean_itl_ms"]), "serving_overhead_ms": overhead,
+                                     **{k: rep.get(k) for k in ("median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
+                                                                "completed_requests", "num_requests")}}
                 aic, why = aic_point(req.candidate, {"isl": plan.row.isl, "osl": plan.row.osl,
                                                      "concurrency": plan.concurrency})
                 res["aic"], res["aic_reason"] = aic, why
@@ -230,9 +235,26 @@ def versions() -> dict[str, Any]:
 
 
 def assemble(rows: list[dict[str, Any]], skipped: list[dict[str, str]], meta: dict[str, Any]) -> dict[str, Any]:
+    """The accuracy document: the serving constants fitted on every row give ``predicted`` (what ``spica
+    evaluate`` prints once they ship), and leave-one-model-out fits give ``predicted_oof`` and ``band_oof``."""
+    from bench.accuracy_cv import compare_forms, fit, in_sample_bands, out_of_fold, predict, trust_summary
+    from spica_core.space.facts import model_facts
+
     rows = sorted(rows, key=lambda r: r["id"])
     skipped = sorted(skipped, key=lambda r: r["id"])
+    constants = fit(rows)
+    for r in rows:
+        r["predicted"] = {k: round(v, 3) for k, v in predict(r, constants).items()}
+    shipped = in_sample_bands(rows)
+    oof = out_of_fold(rows)
+    for r in rows:
+        r["band"] = shipped[r["id"]]
+        r["predicted_oof"], r["band_oof"] = oof[r["id"]]["predicted_oof"], oof[r["id"]]["band_oof"]
+    meta = {**meta, "serving": {"request_overhead_ms": constants,
+                                "out_of_fold": {r["model"]: oof[r["id"]]["constants"] for r in rows}}}
     summary = summarize(rows)
+    summary.update(trust_summary(rows))
+    summary["forms"] = compare_forms(rows, {m: model_facts(m).num_layers for m in {r["model"] for r in rows}})
     summary["counts"].update({"skipped": len(skipped), "csv_rows": meta.get("csv_rows"),
                               "skip_reasons": dict(Counter(reason_class(s["reason"]) for s in skipped).most_common())})
     return {"meta": meta, "summary": summary, "rows": rows, "skipped": skipped}
@@ -248,6 +270,20 @@ def perf_db_versions(rows: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
+def write_serving(doc: dict[str, Any]) -> dict[str, Any]:
+    """spica_core/evaluate/data/serving.json: the serving constant per backend, fitted on every row."""
+    serving = doc["meta"]["serving"]
+    folds = serving["out_of_fold"].values()
+    body = {"schema": 1, "source": "bench/results/accuracy.json",
+            "rule": "per backend, the time (ms, at least 0) that makes the median of measured / predicted mean TTFT "
+                    "1 over the backend's measured rows; judged leave-one-model-out in docs/accuracy.md",
+            "request_overhead_ms": {b: {**c, "out_of_fold_range": [min(f[b] for f in folds if b in f),
+                                                                   max(f[b] for f in folds if b in f)]}
+                                    for b, c in serving["request_overhead_ms"].items()}}
+    SERVING.write_text(json.dumps(body, indent=1) + "\n")
+    return body
+
+
 def write_bands(doc: dict[str, Any]) -> dict[str, Any]:
     rows = doc["rows"]
     body = {"schema": 1, "aic_version": doc["meta"]["versions"].get("aiconfigurator-core") or "0.12.0",
@@ -259,6 +295,15 @@ def write_bands(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- main
+
+
+def write_shipped(doc: dict[str, Any]) -> None:
+    """Everything one run ships: the serving constants, the bands, docs/accuracy.md and its plots."""
+    from bench.accuracy_docs import write_docs
+
+    write_serving(doc)
+    write_bands(doc)
+    write_docs(doc)
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -283,7 +328,6 @@ def main() -> None:
     ap.add_argument("--aisim-cached-only", action="store_true", help="with --add-aisim: only rows peer_aisim cached")
     ap.add_argument("--out", default=None, help="output JSON (default bench/results/accuracy.json)")
     args = ap.parse_args()
-    from bench.accuracy_docs import write_docs
 
     if args.add_aisim:
         doc = json.loads(OUT.read_text())
@@ -298,19 +342,18 @@ def main() -> None:
         doc["meta"]["aisim_source"] = source
         doc = assemble(doc["rows"], doc["skipped"], doc["meta"])
         OUT.write_text(json.dumps(doc, indent=1) + "\n")
-        write_bands(doc)
-        write_docs(doc)
+        write_shipped(doc)
         return
     if args.docs_only:
         doc = json.loads(OUT.read_text())
-        write_bands(doc)
-        write_docs(doc)
+        doc = assemble(doc["rows"], doc["skipped"], doc["meta"])
+        OUT.write_text(json.dumps(doc, indent=1) + "\n")
+        write_shipped(doc)
         return
     if args.merge:
         doc = merge_shards()
         OUT.write_text(json.dumps(doc, indent=1) + "\n")
-        write_bands(doc)
-        write_docs(doc)
+        write_shipped(doc)
         log(f"merged {doc['meta']['shards']} shards: {len(doc['rows'])} rows")
         return
 
@@ -356,9 +399,13 @@ def main() -> None:
         if t["rows"]:
             log(f"{s:9s} rows {t['rows']:5d}  TTFT MAPE {t['mape']:.3f} med {t['median_signed_error']:+.3f} | "
                 f"TPOT MAPE {p['mape']:.3f} med {p['median_signed_error']:+.3f}")
+    f = doc["summary"]["out_of_fold"]["overall"]
+    log(f"out of fold rows {f['rows']:5d}  TTFT MAPE {f['ttft_ms']['mape']:.3f} med "
+        f"{f['ttft_ms']['median_signed_error']:+.3f} | TPOT MAPE {f['tpot_ms']['mape']:.3f} med "
+        f"{f['tpot_ms']['median_signed_error']:+.3f} | p10-p90 coverage TTFT {f['coverage']['ttft_ms']['p10_p90']} "
+        f"TPOT {f['coverage']['tpot_ms']['p10_p90']}")
     if not partial and not shard:
-        write_bands(doc)
-        write_docs(doc)
+        write_shipped(doc)
 
 
 def merge_shards() -> dict[str, Any]:

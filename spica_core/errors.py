@@ -103,7 +103,8 @@ class TraceError(SpicaError):
 
 
 class BandFileError(SpicaError):
-    """The error-band file (spica_core/evaluate/data/bands.json, or SPICA_BANDS_FILE) is missing or corrupt."""
+    """A shipped accuracy file (spica_core/evaluate/data/bands.json or serving.json, or the SPICA_BANDS_FILE /
+    SPICA_SERVING_FILE that replaces it) is missing or corrupt."""
 
 
 class ManifestError(SpicaError):

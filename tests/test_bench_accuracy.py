@@ -70,6 +70,15 @@ def test_agg_row_maps_to_closed_loop_config(tmp_path: Path) -> None:
     assert all(len(x["hash_ids"]) == -(-x["input_length"] // 512) for x in lines)
 
 
+def test_aic_gap_analysis_rows_replay_aics_own_benchmark() -> None:
+    """AIC's generated benchmark: aiperf, 20 × c requests of fixed lengths; InferenceX rows keep theirs."""
+    gap = plan(silicon_data_source="source_file=/Users/x/projects/aic-auto-gap-analysis/data/h100_sxm/sglang/q.csv",
+               batch_size="16")
+    cfg = make_config(gap)["workload"]
+    assert cfg["length_spread"] == 0.0 and cfg["num_request_ratio"] == 20.0 and gap.measured_requests == 320
+    assert make_config(plan())["workload"]["length_spread"] == 0.2
+
+
 def test_lengths_uniform_and_deterministic() -> None:
     a = spread_lengths(8192, 1024, 2000, 0.2)
     assert a == spread_lengths(8192, 1024, 2000, 0.2)
@@ -116,8 +125,11 @@ def test_precision_families_and_inexpressible_rows() -> None:
     assert gptoss.quantization is None
     mixed = plan(model_path="Qwen/Qwen3.5-397B-A17B", gemm_quant_mode="fp8", moe_quant_mode="fp8_block")
     assert isinstance(mixed, str) and "differ from each other" in mixed
-    r1 = plan(model_path="deepseek-ai/DeepSeek-R1", gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4")
-    assert isinstance(r1, str) and "pre-quantized" in r1
+    r1 = plan(model_path="deepseek-ai/DeepSeek-R1", gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", tp_size="8",
+              moe_tp_size="8", moe_ep_size="1")     # NVIDIA's NVFP4 export of the FP8 checkpoint: fewer bits, pinned
+    assert r1.model == "deepseek-ai/DeepSeek-R1" and r1.quantization == "nvfp4" and "nvfp4 checkpoint" in r1.notes
+    up = plan(model_path="openai/gpt-oss-120b", gemm_quant_mode="fp8", moe_quant_mode="fp8")  # more bits: refused
+    assert isinstance(up, str) and "fewer weight bits" in up
     assert "not an aiconfigurator-core bundled id" in plan(model_path="nvidia/DeepSeek-R1-NVFP4")
     assert choose_precision(parse_row(raw()), BUNDLED, ck).quantization is None
 
@@ -176,7 +188,8 @@ def test_summary_and_bands() -> None:
     assert set(b) == {"ttft_ms", "itl_ms"}
     key_a = "model=A;system=h100_sxm;backend=vllm"
     assert key_a in b["ttft_ms"] and "model=B;system=h100_sxm;backend=vllm" not in b["ttft_ms"]
-    assert b["ttft_ms"][key_a] == {"p10": 1.25, "p50": 1.25, "p90": 1.25, "p95": 1.25, "p99": 1.25, "rows": 10}
+    assert b["ttft_ms"][key_a] == {"p05": 1.25, "p10": 1.25, "p50": 1.25, "p90": 1.25, "p95": 1.25, "p99": 1.25,
+                                   "rows": 10}
     assert b["itl_ms"]["all"]["rows"] == 13 and b["ttft_ms"]["backend=vllm"]["p10"] == pytest.approx(0.5)
     assert b["ttft_ms"]["backend=vllm"]["p50"] == pytest.approx(1.25)
     assert band_keys(rows[0]) == [key_a, "system=h100_sxm;backend=vllm", "backend=vllm", "all"]

@@ -35,6 +35,26 @@ def test_the_quantization_vocabulary_is_aics() -> None:
     assert set(QUANTIZATIONS) == names
 
 
+def test_every_quantization_has_its_weight_bits() -> None:
+    from spica_core.space.precision import WEIGHT_BITS
+
+    assert set(WEIGHT_BITS) == set(QUANTIZATIONS)
+
+
+def test_a_pre_quantized_checkpoint_runs_from_fewer_bits_never_more() -> None:
+    """DeepSeek-R1 ships as block FP8; NVIDIA's NVFP4 export of it is the same architecture at 4 bits."""
+    from spica_core.space.facts import backend_version
+    from spica_core.space.precision import precision_problem
+
+    r1, sku = "deepseek-ai/DeepSeek-R1", "b200_sxm"
+    version = backend_version(sku, "trtllm")
+    assert precision_problem(r1, sku, "trtllm", version, "nvfp4") is None
+    assert precision_problem(r1, sku, "trtllm", version, "fp8_block") is None          # its own
+    for more_or_same in ("bf16", "fp8"):
+        why = precision_problem(r1, sku, "trtllm", version, more_or_same)
+        assert why is not None and "fewer weight bits" in why and "'fp8_block'" in why
+
+
 def test_checkpoints_keep_their_own_precision() -> None:
     assert checkpoint_quantization(QWEN) == "bf16"
     assert checkpoint_quantization("Qwen/Qwen3-32B-FP8") == "fp8_block"

@@ -21,6 +21,7 @@ _FROM: dict[str, str] = {
     **dict.fromkeys(("Job", "run_job", "run_jobs"), "jobs"),
     **dict.fromkeys(("abandon_all", "EvalPool", "SequentialEvaluator"), "pool"),
     **dict.fromkeys(("replay_is_exact", "replay_spread", "spread_job"), "repeats"),
+    **dict.fromkeys(("load_serving",), "serving"),
     **dict.fromkeys((
         "avg_gpu", "candidate_metrics", "headline", "is_feasible", "metric_value", "minimised",
         "objective_vector", "raw_value", "score_report", "signed", "sla_kwargs",
@@ -42,6 +43,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from spica_core.evaluate.jobs import Job, run_job, run_jobs
     from spica_core.evaluate.pool import abandon_all, EvalPool, SequentialEvaluator
     from spica_core.evaluate.repeats import replay_is_exact, replay_spread, spread_job
+    from spica_core.evaluate.serving import load_serving
     from spica_core.evaluate.scoring import (
         avg_gpu, candidate_metrics, headline, is_feasible, metric_value, minimised, objective_vector,
         raw_value, score_report, signed, sla_kwargs
@@ -51,7 +53,8 @@ if TYPE_CHECKING:  # what type checkers and editors see
 __all__ = [
     "abandon_all", "avg_gpu", "Band", "bands_from_dict", "bands_to_dict", "candidate_metrics",
     "ClusterEvaluator", "sigint_blocked", "start_child", "EvalPool", "EvalRequest", "evaluate_one", "Evaluator",
-    "find_headroom", "headline", "headroom_job", "Headroom", "is_feasible", "Job", "load_bands", "make_evaluator",
+    "find_headroom", "headline", "headroom_job", "Headroom", "is_feasible", "Job", "load_bands", "load_serving",
+    "make_evaluator",
     "metric_value", "metrics_attainment", "minimised", "objective_vector", "Outcome", "POLL_S", "raw_value",
     "replay_is_exact", "replay_spread", "run_job", "run_jobs", "score_report", "SequentialEvaluator", "signed",
     "sla_kwargs", "spread_job", "Status",

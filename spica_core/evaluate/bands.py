@@ -45,6 +45,7 @@ class Ratio:
     p90: float
     p95: float | None = None
     p99: float | None = None
+    p05: float | None = None
 
     def quantile(self, confidence: float) -> float:
         """Measured ÷ predicted at ``confidence``, linear between the stored quantiles (flat past the last)."""
@@ -162,10 +163,10 @@ def _load(path: str) -> BandTable:
         for key, q in groups.items():
             ok = isinstance(q, dict) and all(isinstance(q.get(n), (int, float)) and not isinstance(q.get(n), bool)
                                              for n in _REQUIRED)
-            values = [q.get(n) for n in ("p10", "p50", "p90", "p95", "p99")] if ok else []
+            values = [q.get(n) for n in ("p10", "p50", "p90", "p95", "p99", "p05")] if ok else []
             if not ok or not all(v is None or (math.isfinite(v) and v > 0) for v in values) or q["rows"] < 1:
                 raise BandFileError(f"band file {path}: bands.{metric}[{key!r}] needs positive finite p10, p50, "
-                                    f"p90 (optional p95, p99) and rows >= 1; {fix}")
+                                    f"p90 (optional p05, p95, p99) and rows >= 1; {fix}")
             ratios[metric][key] = Ratio(key, int(q["rows"]), *(None if v is None else float(v) for v in values))
     return BandTable(path, str(doc.get("aic_version", "")), int(doc.get("min_rows", 10)), ratios)
 

@@ -23,6 +23,7 @@ from spica_core.errors import (
     SpicaError,
 )
 from spica_core.evaluate.bands import Band, load_bands
+from spica_core.evaluate.serving import load_serving, served_report, served_requests, served_sla
 from spica_core.deployment import Candidate
 
 os.environ.setdefault("DYN_LOG", "error")
@@ -112,9 +113,9 @@ def with_rejected(report: dict[str, Any], rejected: int) -> dict[str, Any]:
     return {**report, "num_requests": int(report.get("num_requests") or 0) + rejected, "rejected_requests": rejected}
 
 
-def _prepare(req: EvalRequest, timings: dict[str, float]) -> tuple[Candidate, Any, Any, int]:
-    """The resolved candidate, the replay spec, the scaling policy and the requests the replay leaves out as
-    rejected; raises SpicaError subclasses."""
+def _prepare(req: EvalRequest, timings: dict[str, float]) -> tuple[Candidate, Any, Any, int, float]:
+    """The resolved candidate, the replay spec, the scaling policy, the requests the replay leaves out as
+    rejected and the serving path's time per request; raises SpicaError subclasses."""
     from spica_core.config.policies import planner_target
     from spica_core.evaluate.engine_args import build_engine_args, router_kwargs
     from spica_core.evaluate.replay import ReplaySpec
@@ -147,15 +148,18 @@ def _prepare(req: EvalRequest, timings: dict[str, float]) -> tuple[Candidate, An
         ctx = candidate.context
         factors = load_bands().sla_factors(ctx.model_name, ctx.hardware_sku, candidate.backend,
                                            req.goal.sla_confidence)
-    policy = make_policy(candidate, roles, planner_target(req.goal),
-                         ttft_ms=sla.ttft_ms if sla else None, itl_ms=sla.itl_ms if sla else None)
+    overhead = load_serving().overhead_ms(candidate.backend)
+    planner_ttft = None if sla is None or sla.ttft_ms is None else max(1.0, sla.ttft_ms - overhead)
+    policy = make_policy(candidate, roles, planner_target(req.goal), ttft_ms=planner_ttft,
+                         itl_ms=sla.itl_ms if sla else None)
     trace_file, left_out = _replayed_trace(req, candidate)
     workload = replay_workload(req.workload, trace_file=trace_file,
                                concurrency=concurrency if kv_load is not None else None,
                                directory=Path(req.profile_dir).expanduser() if req.profile_dir else None)
     spec = ReplaySpec(roles=roles, workload=workload, router=router_kwargs(candidate.router),
-                      sla=sla_kwargs(req.goal, factors), scaling_policy=policy, capture_per_request=req.capture_per_request)
-    return candidate, spec, policy, left_out if req.workload.over_context == "fail" else 0
+                      sla=served_sla(sla_kwargs(req.goal, factors), overhead), scaling_policy=policy,
+                      capture_per_request=req.capture_per_request)
+    return candidate, spec, policy, left_out if req.workload.over_context == "fail" else 0, overhead
 
 
 def evaluate_one(req: EvalRequest) -> Outcome:
@@ -206,7 +210,7 @@ def _evaluate(req: EvalRequest) -> Outcome:
         return Outcome(status, candidate, reason, timings=timings, eval_id=req.eval_id, **kw)
 
     try:
-        candidate, spec, policy, rejected = _prepare(req, timings)
+        candidate, spec, policy, rejected, overhead = _prepare(req, timings)
     except (OverBudgetError, InfeasibleKVCapacityError) as exc:
         return outcome(Status.infeasible, str(exc))
     except (RejectedEngineArgsError, PlannerConfigError, SpicaError) as exc:
@@ -220,7 +224,7 @@ def _evaluate(req: EvalRequest) -> Outcome:
         return outcome(Status.failed, f"replay error: {type(exc).__name__}: {exc}")
     timings["replay_s"] = float(result["replay_seconds"])
     t2 = time.perf_counter()
-    report = with_rejected(result["summary"], rejected)
+    report = served_report(with_rejected(result["summary"], rejected), overhead)
     planner = {}
     if policy is not None:
         planner = {"ticks": policy.ticks, "decisions": list(policy.decisions),
@@ -238,7 +242,7 @@ def _evaluate(req: EvalRequest) -> Outcome:
         return outcome(Status.failed, str(exc), metrics=metrics, report=report, planner=planner)
     timings["score_s"] = time.perf_counter() - t2
     return outcome(Status.feasible, metrics=metrics, score=score, objectives=objectives, bands=bands,
-                   report=report, planner=planner, per_request=result.get("per_request"))
+                   report=report, planner=planner, per_request=served_requests(result.get("per_request"), overhead))
 
 
 def evaluate_in_worker(req: EvalRequest) -> Outcome:

@@ -14,7 +14,7 @@ from spica_core.config.trace import TraceSummary, check_trace
 from spica_core.errors import ConfigError, Issue, SpicaError
 from spica_core.space.kv import max_seq_len
 from spica_core.space.precision import check_quantization
-from spica_core.evaluate.bands import load_bands
+from spica_core.evaluate import load_bands, load_serving
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,8 @@ def load_inputs(source: str | Path | SmartSearchConfig, seed: int | None = None,
         config = with_overrides(SmartSearchConfig.from_yaml(path), seed, cluster)
     space, workload = config.search_space, config.workload
     check_quantization(config, str(path))
-    load_bands()  # a missing or corrupt band file stops here, before anything runs
+    load_bands()  # a missing or corrupt band or serving file stops here, before anything runs
+    load_serving()
     longest = max_seq_len(space.model_name, space.context_length)
     trace_file = config.trace_file(base)
     if trace_file is not None:

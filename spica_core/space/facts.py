@@ -65,6 +65,7 @@ class ModelFacts:
     max_context: int           # max_position_embeddings
     kv_bytes_per_token: int    # at tp=1 with a bf16 KV cache (an fp8 cache holds half)
     is_mla: bool               # latent KV (DeepSeek/Kimi/GLM-5): replicated, not sharded, across TP ranks
+    num_layers: int = 0        # decoder layers (the engine dispatches each layer's kernels every pass)
     gemm_quant_mode: str = "bfloat16"  # the checkpoint's own quant modes, as AIC infers them
     moe_quant_mode: str = "bfloat16"
 
@@ -137,6 +138,7 @@ def model_facts(model_name: str) -> ModelFacts:
         max_context=int(parsed["context"]),
         kv_bytes_per_token=int(kv),
         is_mla=bool(kv_lora),
+        num_layers=int(parsed.get("layers") or 0),
         gemm_quant_mode=str(gemm),
         moe_quant_mode=str(moe),
     )

@@ -8,8 +8,11 @@ Names are AIC's quant-mode names, with ``bf16`` for ``bfloat16``. ``quantization
 and, for an MoE model, the experts too. A checkpoint's own precision is what AIC infers from its
 config (``hf_quant_config.json``); for an MoE checkpoint whose experts are quantized differently
 from its dense layers (gpt-oss's mxfp4 experts, Kimi's int4 experts) it is named by the experts.
-A pre-quantized checkpoint runs only at its own precision; a bf16 one may be quantized by the engine
-to any mode the perf database has data for on that SKU and backend.
+A bf16 checkpoint may be quantized to any mode the perf database has data for on that SKU and backend.
+A pre-quantized checkpoint runs at its own precision, or at a mode of fewer weight bits: that is the
+same architecture served from a lower-bit checkpoint (NVIDIA publishes NVFP4 exports of the FP8
+DeepSeek-R1 and -V3, for instance), which the manifests ask the user to point the model at. No engine
+turns quantized weights back into more bits, so a pin above the checkpoint's own is refused.
 """
 from __future__ import annotations
 
@@ -24,6 +27,13 @@ from spica_core.space.facts import aic_version, cache_dir, model_facts
 
 BF16 = "bf16"
 _AIC_NAMES = {BF16: "bfloat16"}
+
+# Bits per weight of each quantization (config.knobs.QUANTIZATIONS; MoE modes by their expert weights).
+WEIGHT_BITS = {
+    "bf16": 16, "int8_wo": 8, "fp8": 8, "fp8_static": 8, "sq": 8, "fp8_block": 8, "fp8_ootb": 8,
+    "int4_wo": 4, "nvfp4": 4, "nvfp4_wo": 4, "w4a16_nvfp4": 4, "w4afp8": 4, "w4a16_mxfp4": 4, "w4a8_mxfp4_mxfp8": 4,
+    "w4a8_mxfp4_mxfp8_trtllm": 4, "w4a16_mxfp4_cutlass": 4,
+}
 
 
 def aic_name(name: str) -> str:
@@ -135,9 +145,10 @@ def precision_problem(model_name: str, sku: str, backend: str, version: str, qua
     own = checkpoint_quantization(model_name)
     if quantization == own:
         return None
-    if own != BF16:
-        return (f"{model_name} is a pre-quantized {own} checkpoint and runs only at its own precision; "
-                f"remove the pin or pin {own!r}")
+    if own != BF16 and WEIGHT_BITS[quantization] >= WEIGHT_BITS[own]:
+        return (f"{model_name} is a pre-quantized {own} checkpoint: it runs at its own precision or from a "
+                f"checkpoint of fewer weight bits, not at {quantization}; remove the pin, pin {own!r}, or pin a "
+                f"mode below {WEIGHT_BITS[own]} bits")
     have = perf_db_quantizations(sku, backend, version, model_facts(model_name).is_moe)
     if quantization not in have:
         return (f"aiconfigurator-core has no {quantization} perf data for {backend} {version} on {sku}; "
@@ -170,5 +181,5 @@ def check_quantization(config: Any, source: str) -> None:
         raise ConfigError(source, issues)
 
 
-__all__ = ["check_quantization", "BF16", "Precision", "aic_name", "spica_name", "checkpoint_quantization",
+__all__ = ["check_quantization", "BF16", "WEIGHT_BITS", "Precision", "aic_name", "spica_name", "checkpoint_quantization",
            "precision_of", "precisions", "perf_db_quantizations", "precision_problem"]

@@ -26,7 +26,16 @@ from spica_core.space.kv import kv_tokens_per_rank
 from spica_core.space.parallel import Shape
 from spica_core.space.precision import Precision
 
-PROFILE_SCHEMA = 3
+PROFILE_SCHEMA = 4
+
+# A prefill pass larger than the engine's CUDA-graph capture sizes runs eagerly: the host launches every
+# layer's kernels, and on vLLM that launch time is not hidden behind the GPU. AIC's own static vLLM model
+# adds 0.8 ms per layer to a prefill for this reason (aiconfigurator-core 0.12.0,
+# ``VLLMBackend._prefill_dispatch_overhead_ms``: "recalibrated at ~0.8 ms/layer against the full silicon
+# corpus"); AIC adds nothing for SGLang and TRT-LLM, and neither does Spica. The replay pays it once per
+# pass that carries prefill tokens, so every request queued behind that pass, and every decode that shares
+# it, pays it too. Measured on the accuracy rows (docs/accuracy.md): vLLM TTFT median error -34 % -> +2 %.
+PREFILL_DISPATCH_MS_PER_LAYER = {"vllm": 0.8}
 
 # A block-scaled FP8 GEMM does the work of a per-tensor one plus per-block scales: SGLang's and
 # TRT-LLM's tables put it at 0.5-1.2x per-tensor FP8 on every SKU. aiconfigurator-core 0.12.0's
@@ -73,6 +82,7 @@ class EngineShape:
     def key(self) -> str:
         """The cache fingerprint: the shape, the table grid, the schema and the AIC version."""
         return fingerprint({"shape": asdict(self), "schema": PROFILE_SCHEMA, "aic": aic_version(),
+                            "dispatch_ms_per_layer": PREFILL_DISPATCH_MS_PER_LAYER.get(self.backend, 0.0),
                             "grid": [PREFILL_MAX_TOKENS, DECODE_MAX_KV_TOKENS, DECODE_MAX_CONTEXT,
                                      DECODE_MAX_BATCH, N_PREFILL, N_KV, N_CTX]})
 
@@ -155,10 +165,14 @@ def build_tables(es: EngineShape) -> dict[str, np.ndarray]:
 
     Batch arguments are per attention-DP rank (each rank runs its own scheduler in the replay).
     Decode uses AIC's single-step estimate at the exact context (osl=0), not the multi-step one.
+    A prefill pass also pays the backend's per-layer dispatch time (PREFILL_DISPATCH_MS_PER_LAYER).
     """
+    from spica_core.space.facts import model_facts
+
     _, h = step_engine(timing_shape(es)[0])
     isl = _axis(1, PREFILL_MAX_TOKENS, N_PREFILL)
-    ttft = np.array([h.predict_prefill_latency(1, int(x), 0) for x in isl], dtype=np.float64)
+    dispatch_ms = PREFILL_DISPATCH_MS_PER_LAYER.get(es.backend, 0.0) * model_facts(es.model).num_layers
+    ttft = np.array([h.predict_prefill_latency(1, int(x), 0) + dispatch_ms for x in isl], dtype=np.float64)
     kv = _axis(1, DECODE_MAX_KV_TOKENS, N_KV, with_zero=True)
     ctx = _axis(1, DECODE_MAX_CONTEXT, N_CTX)
     itl = np.empty((len(kv), len(ctx)), dtype=np.float64)
@@ -276,4 +290,4 @@ def kv_blocks_per_rank(model: str, system: str, backend: str, shape: Shape, *, p
 
 
 __all__ = ["EngineShape", "profile_path", "build_tables", "timing_shape", "timing_model", "StepTimes",
-           "kv_blocks_per_rank", "step_engine"]
+           "kv_blocks_per_rank", "step_engine", "PREFILL_DISPATCH_MS_PER_LAYER"]

@@ -1,0 +1,200 @@
+"""The fitted serving constant, judged out of fold: leave-one-model-out predictions, bands and coverage.
+
+Spica's prediction of a measured row is its replay plus the serving path before the first token
+(``spica_core/evaluate/serving.py``): a constant ``request_overhead_ms`` per backend. The constant
+is the only number fitted to measured rows. It is fitted so that the median of measured ÷ predicted
+TTFT over the backend's rows is 1 (an unbiased prediction), and never below 0 ms.
+
+Out of fold, a row of model M is predicted with constants fitted on every row of the other models
+(``predicted_oof``). Its band (``band_oof``) is the quantiles of measured ÷ predicted over the other
+models' rows, predicted with the same constants, in the row's group (SKU and backend, then backend,
+then all rows: its own model's group is never there). What ships is fitted on all rows. Nothing here
+runs a replay: each row carries its raw replay (``replay.mean_ttft_ms`` / ``replay.mean_itl_ms``).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from bench.accuracy_rows import band_keys, bands, error_stats
+
+BACKENDS = ("sglang", "trtllm", "vllm")
+MIN_BAND_ROWS = 10
+COVERAGE = {"p10_p90": ("p10", "p90"), "p5_p95": ("p05", "p95")}
+_BAND_METRIC = {"ttft_ms": "ttft_ms", "tpot_ms": "itl_ms"}   # accuracy row metric -> band file metric
+
+
+def raw(row: Mapping[str, Any]) -> dict[str, float]:
+    """The row's replay before the serving path: mean TTFT and mean ITL (the TPOT prediction)."""
+    rep = row["replay"]
+    return {"ttft_ms": float(rep["mean_ttft_ms"]), "tpot_ms": float(rep["mean_itl_ms"])}
+
+
+def _valid(pairs: Iterable[tuple[float, float, float]]) -> list[tuple[float, float, float]]:
+    return [(m, p, u) for m, p, u in pairs if m > 0 and p > 0 and u > 0 and all(map(math.isfinite, (m, p, u)))]
+
+
+def fit_overhead(pairs: Iterable[tuple[float, float]], units: Iterable[float] | None = None) -> float:
+    """The constant β ≥ 0 that makes the median of (replayed + β·unit) ÷ measured equal 1; 0 without rows.
+
+    ``units`` (default 1 per row) scales the term per row, e.g. the model's layer count. The median is
+    non-decreasing in β, so bisection finds it; when the replay alone already meets or over-predicts the
+    median row, β is 0 (the serving path takes time; it never gives it back).
+    """
+    pairs = list(pairs)
+    ok = _valid((m, p, u) for (m, p), u in zip(pairs, units if units is not None else [1.0] * len(pairs)))
+    if not ok:
+        return 0.0
+
+    def median_ratio(beta: float) -> float:
+        ratios = sorted((p + beta * u) / m for m, p, u in ok)
+        n = len(ratios)
+        return ratios[n // 2] if n % 2 else (ratios[n // 2 - 1] + ratios[n // 2]) / 2
+
+    if median_ratio(0.0) >= 1.0:
+        return 0.0
+    lo, hi = 0.0, max(m / u for m, _, u in ok)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if median_ratio(mid) < 1.0 else (lo, mid)
+    return round((lo + hi) / 2, 3)
+
+
+def fit_least_mape(pairs: Iterable[tuple[float, float]]) -> float:
+    """The constant β ≥ 0 of least mean |replayed + β − measured| ÷ measured: the median of measured − replayed
+    weighted by 1 ÷ measured (the loss is convex and piecewise linear in β)."""
+    ok = sorted((m - p, 1.0 / m) for m, p, _ in _valid((m, p, 1.0) for m, p in pairs))
+    if not ok:
+        return 0.0
+    half, seen = sum(w for _, w in ok) / 2, 0.0
+    for gap, w in ok:
+        seen += w
+        if seen >= half:
+            return round(max(0.0, gap), 3)
+    return 0.0
+
+
+def fit(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """backend -> {ms, rows}: the serving constant fitted on these rows."""
+    out: dict[str, dict[str, Any]] = {}
+    for backend in sorted({r["backend"] for r in rows}):
+        mine = [r for r in rows if r["backend"] == backend]
+        out[backend] = {"ms": fit_overhead((r["measured"]["ttft_ms"], raw(r)["ttft_ms"]) for r in mine),
+                        "rows": len(mine)}
+    return out
+
+
+def predict(row: Mapping[str, Any], constants: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """What ``spica evaluate`` prints for the row with these constants: the replay plus the serving path."""
+    r = raw(row)
+    beta = float(constants.get(row["backend"], {}).get("ms", 0.0))
+    return {"ttft_ms": r["ttft_ms"] + beta, "tpot_ms": r["tpot_ms"]}
+
+
+def _band(row: Mapping[str, Any], prediction: Mapping[str, float], table: Mapping[str, Any]) -> dict[str, Any]:
+    """The row's band in ms from a band table: the first group in its fallback chain that the table has."""
+    out: dict[str, Any] = {}
+    for metric, band_metric in _BAND_METRIC.items():
+        groups = table[band_metric]
+        key = next(k for k in band_keys(row) if k in groups)
+        q = groups[key]
+        out[metric] = {name: round(prediction[metric] * q[name], 3) for name in ("p05", "p10", "p50", "p90", "p95")}
+        out[metric]["group"] = key
+    return out
+
+
+def out_of_fold(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """id -> {constants, predicted_oof, band_oof}: each row from a fit and bands without any row of its model."""
+    out: dict[str, dict[str, Any]] = {}
+    for model in sorted({r["model"] for r in rows}):
+        train = [r for r in rows if r["model"] != model]
+        constants = fit(train)
+        scored = [{**r, "predicted": predict(r, constants)} for r in train]
+        table = bands(scored, MIN_BAND_ROWS)
+        for r in rows:
+            if r["model"] != model:
+                continue
+            pred = predict(r, constants)
+            out[r["id"]] = {"constants": {b: c["ms"] for b, c in constants.items()},
+                            "predicted_oof": {k: round(v, 3) for k, v in pred.items()},
+                            "band_oof": _band(r, pred, table)}
+    return out
+
+
+def in_sample_bands(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """id -> the shipped band (quantiles from every row, the row's own model included) on ``predicted``."""
+    table = bands(rows, MIN_BAND_ROWS)
+    return {r["id"]: _band(r, r["predicted"], table) for r in rows}
+
+
+def coverage(rows: Sequence[Mapping[str, Any]], band_field: str) -> dict[str, dict[str, float | None]]:
+    """metric -> {p10_p90, p5_p95}: the share of rows whose measured value lies inside that band."""
+    out: dict[str, dict[str, float | None]] = {}
+    for metric in _BAND_METRIC:
+        out[metric] = {}
+        for name, (lo, hi) in COVERAGE.items():
+            inside = [b[metric][lo] <= r["measured"][metric] <= b[metric][hi]
+                      for r in rows if (b := r.get(band_field)) is not None]
+            out[metric][name] = round(sum(inside) / len(inside), 4) if inside else None
+    return out
+
+
+def accuracy_block(rows: Sequence[Mapping[str, Any]], prediction: str, band_field: str) -> dict[str, Any]:
+    """MAPE, median signed error and band coverage of one prediction field over rows."""
+    return {"rows": len(rows),
+            **{m: error_stats((r["measured"][m], (r.get(prediction) or {}).get(m)) for r in rows)
+               for m in _BAND_METRIC},
+            "coverage": coverage(rows, band_field)}
+
+
+def trust_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """In-sample (``predicted``, shipped bands) and out-of-fold (``predicted_oof``, ``band_oof``) accuracy,
+    overall and per backend, SKU and model."""
+    out: dict[str, Any] = {}
+    for name, prediction, band_field in (("in_sample", "predicted", "band"), ("out_of_fold", "predicted_oof",
+                                                                                "band_oof")):
+        block: dict[str, Any] = {"overall": accuracy_block(rows, prediction, band_field), "groups": {}}
+        for g in ("backend", "system", "model"):
+            block["groups"][g] = {k: accuracy_block([r for r in rows if r[g] == k], prediction, band_field)
+                                  for k in sorted({str(r[g]) for r in rows})}
+        out[name] = block
+    return out
+
+
+def compare_forms(rows: Sequence[Mapping[str, Any]], layers: Mapping[str, int]) -> dict[str, dict[str, Any]]:
+    """Other forms of the serving term, each fitted per backend and judged the same way (in sample and
+    leave-one-model-out), on TTFT: the replay alone, the shipped constant, a time per decoder layer
+    (``layers``: model -> layer count), and the constant of least MAPE (which trades the median for it)."""
+    forms = {
+        "replay alone (no serving term)": lambda train, r: 0.0,
+        "constant, median ratio 1 (shipped)": lambda train, r: fit_overhead(
+            (t["measured"]["ttft_ms"], raw(t)["ttft_ms"]) for t in train),
+        "ms per decoder layer, median ratio 1": lambda train, r: layers[r["model"]] * fit_overhead(
+            [(t["measured"]["ttft_ms"], raw(t)["ttft_ms"]) for t in train], [layers[t["model"]] for t in train]),
+        "constant of least MAPE": lambda train, r: fit_least_mape(
+            (t["measured"]["ttft_ms"], raw(t)["ttft_ms"]) for t in train),
+    }
+    out: dict[str, dict[str, Any]] = {}
+    for name, term in forms.items():
+        ins: list[tuple[float, float]] = []
+        oof: list[tuple[float, float]] = []
+        per_backend: dict[str, list[tuple[float, float]]] = {}
+        for backend in sorted({r["backend"] for r in rows}):
+            mine = [r for r in rows if r["backend"] == backend]
+            cache: dict[str, Any] = {}
+            for r in mine:
+                m = r["measured"]["ttft_ms"]
+                ins.append((m, raw(r)["ttft_ms"] + term(mine, r)))
+                key = r["model"]
+                if key not in cache:
+                    cache[key] = [t for t in mine if t["model"] != key]
+                pair = (m, raw(r)["ttft_ms"] + term(cache[key], r))
+                oof.append(pair)
+                per_backend.setdefault(backend, []).append(pair)
+        out[name] = {"in_sample": error_stats(ins), "out_of_fold": error_stats(oof),
+                     "out_of_fold_by_backend": {b: error_stats(v) for b, v in per_backend.items()}}
+    return out
+
+
+__all__ = ["fit_overhead", "fit_least_mape", "compare_forms", "fit", "predict", "out_of_fold", "in_sample_bands", "coverage", "trust_summary", "raw"]

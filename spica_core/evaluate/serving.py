@@ -1,0 +1,111 @@
+"""What the replay leaves out of a served request: the serving path before the first token.
+
+The replay's TTFT is queueing plus the prefill passes of the engine. A request served by a real
+deployment also crosses the frontend (HTTP, chat handling, tokenization), the engine's request
+intake and scheduling step, and the first streamed chunk back to the client. On the measured rows
+of ``bench/bench_accuracy.py`` that path is worth a roughly constant time per request on SGLang
+and TRT-LLM and none beyond the replay on vLLM, once its prefill passes pay their per-layer
+dispatch time (``spica_core.space.profiles.PREFILL_DISPATCH_MS_PER_LAYER``).
+
+``data/serving.json`` ships that constant per backend, ``request_overhead_ms``. The accuracy
+benchmark fits it so that the median of measured ÷ predicted TTFT over the backend's rows is 1
+(never below 0 ms), and judges it out of fold, each model's rows predicted by a constant fitted
+without them (docs/accuracy.md). The time is spent outside the engine, so it delays the request's
+first token and completion as its client sees them but occupies no GPU: the replay runs unchanged,
+its TTFT and end-to-end latencies are shifted by the constant, and an SLA on them is replayed
+with the constant taken off.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from spica_core.errors import BandFileError
+
+SERVING_FILE = Path(__file__).parent / "data" / "serving.json"
+SERVING_SCHEMA = 1
+SHIFTED_SUFFIXES = ("_ttft_ms", "_e2e_latency_ms")   # client-visible latencies that include the serving path
+UNSHIFTED_PREFIXES = ("std_",)                       # a constant moves no spread
+SHIFTED_PER_REQUEST = ("ttft_ms", "e2e_latency_ms")
+SLA_SHIFTED = ("sla_ttft_ms", "sla_e2e_ms")
+SLA_FLOOR_MS = 1e-3   # an SLA the serving path alone misses: nothing meets it
+
+
+@dataclass(frozen=True)
+class ServingTable:
+    """The shipped serving-path constants, read once per process."""
+
+    path: str
+    request_overhead_ms: Mapping[str, float]   # backend -> ms added to every request's TTFT and E2E
+
+    def overhead_ms(self, backend: str) -> float:
+        return float(self.request_overhead_ms.get(backend, 0.0))
+
+
+def served_report(report: Mapping[str, Any], overhead_ms: float) -> dict[str, Any]:
+    """The replay's summary as the client sees it: TTFT and E2E statistics later by ``overhead_ms``."""
+    out = dict(report)
+    if overhead_ms:
+        for key, value in report.items():
+            if (key.endswith(SHIFTED_SUFFIXES) and not key.startswith(UNSHIFTED_PREFIXES)
+                    and isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)):
+                out[key] = float(value) + overhead_ms
+    out["serving_overhead_ms"] = float(overhead_ms)
+    return out
+
+
+def served_requests(per_request: list[dict[str, Any]] | None, overhead_ms: float) -> list[dict[str, Any]] | None:
+    """Per-request records with their TTFT and E2E later by ``overhead_ms`` (timestamps stay the engine's)."""
+    if per_request is None or not overhead_ms:
+        return per_request
+    return [{**r, **{k: float(r[k]) + overhead_ms for k in SHIFTED_PER_REQUEST if isinstance(r.get(k), (int, float))}}
+            for r in per_request]
+
+
+def served_sla(sla: Mapping[str, float], overhead_ms: float) -> dict[str, float]:
+    """The replay's SLA kwargs with the serving path taken off TTFT and E2E: a request meets the SLA when its
+    replayed latency plus the serving path does."""
+    return {k: (max(SLA_FLOOR_MS, float(v) - overhead_ms) if k in SLA_SHIFTED else float(v)) for k, v in sla.items()}
+
+
+def serving_file() -> Path:
+    """``SPICA_SERVING_FILE`` when set (a re-run benchmark's own), else the shipped file."""
+    return Path(os.environ.get("SPICA_SERVING_FILE") or SERVING_FILE)
+
+
+def load_serving(path: str | Path | None = None) -> ServingTable:
+    """Read and check the serving file; BandFileError names the file and what is wrong with it."""
+    return _load(str(Path(path) if path is not None else serving_file()))
+
+
+@lru_cache(maxsize=4)
+def _load(path: str) -> ServingTable:
+    fix = "regenerate it with `python bench/bench_accuracy.py --docs-only`, or unset SPICA_SERVING_FILE"
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BandFileError(f"serving file {path} is missing; {fix}") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise BandFileError(f"serving file {path} is unreadable ({type(exc).__name__}: {exc}); {fix}") from None
+    table = doc.get("request_overhead_ms") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or doc.get("schema") != SERVING_SCHEMA or not isinstance(table, dict):
+        raise BandFileError(f"serving file {path} is not a schema-{SERVING_SCHEMA} serving file (it needs "
+                            f"'schema': {SERVING_SCHEMA} and a 'request_overhead_ms' mapping); {fix}")
+    out: dict[str, float] = {}
+    for backend, entry in table.items():
+        value = entry.get("ms") if isinstance(entry, dict) else None
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+            raise BandFileError(f"serving file {path}: request_overhead_ms[{backend!r}] needs 'ms', a finite "
+                                f"number >= 0; {fix}")
+        out[str(backend)] = float(value)
+    return ServingTable(path, out)
+
+
+__all__ = ["ServingTable", "SERVING_FILE", "load_serving", "serving_file", "served_report", "served_requests",
+           "served_sla"]
