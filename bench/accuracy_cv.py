@@ -20,6 +20,7 @@ from typing import Any
 from bench.accuracy_rows import band_keys, bands, error_stats
 
 BACKENDS = ("sglang", "trtllm", "vllm")
+PEERS = ("aic", "aisim")
 MIN_BAND_ROWS = 10
 COVERAGE = {"p10_p90": ("p10", "p90"), "p5_p95": ("p05", "p95")}
 _BAND_METRIC = {"ttft_ms": "ttft_ms", "tpot_ms": "itl_ms"}   # accuracy row metric -> band file metric
@@ -158,6 +159,8 @@ def trust_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         for g in ("backend", "system", "model"):
             block["groups"][g] = {k: accuracy_block([r for r in rows if r[g] == k], prediction, band_field)
                                   for k in sorted({str(r[g]) for r in rows})}
+        common = [r for r in rows if all(isinstance(r.get(p), Mapping) and r[p].get("ttft_ms") for p in PEERS)]
+        block["common"] = accuracy_block(common, prediction, band_field)   # the rows every peer predicted too
         out[name] = block
     return out
 

@@ -129,6 +129,15 @@ def lead_section(summary: dict[str, Any], meta: dict[str, Any]) -> list[str]:
         t, p = o[f"{s}_ttft_ms"], o[f"{s}_tpot_ms"]
         L.append(f"| {SYSTEM_NAMES[s]} (its {t['rows']} rows) | {t['rows']} | {_pct(t['mape'])} | "
                  f"{_pct(t['median_signed_error'])} | {_pct(p['mape'])} | {_pct(p['median_signed_error'])} | – | – |")
+    c = oof["common"]
+    if c["rows"]:
+        L += ["", f"On the {c['rows']} rows all three predicted (TTFT MAPE / median, TPOT MAPE / median): Spica out "
+              f"of fold {_pct(c['ttft_ms']['mape'])} / {_pct(c['ttft_ms']['median_signed_error'])}, "
+              f"{_pct(c['tpot_ms']['mape'])} / {_pct(c['tpot_ms']['median_signed_error'])}; "
+              + "; ".join(f"{SYSTEM_NAMES[s]} {_pct(o[f'{s}_ttft_ms_common']['mape'])} / "
+                          f"{_pct(o[f'{s}_ttft_ms_common']['median_signed_error'])}, "
+                          f"{_pct(o[f'{s}_tpot_ms_common']['mape'])} / "
+                          f"{_pct(o[f'{s}_tpot_ms_common']['median_signed_error'])}" for s in ("aic", "aisim")) + "."]
     L += ["", "Per backend, out of fold:", "", TRUST_HEADER]
     L += [_trust_line(k, g) for k, g in oof["groups"]["backend"].items()]
     L += ["", "Per SKU, out of fold:", "", TRUST_HEADER]

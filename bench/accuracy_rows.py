@@ -550,8 +550,10 @@ BAND_QUANTILES = (("p05", 0.05), ("p10", 0.10), ("p50", 0.50), ("p90", 0.90), ("
 
 
 def band_keys(row: Mapping[str, Any]) -> list[str]:
-    return [f"model={row['model']};system={row['system']};backend={row['backend']}",
-            f"system={row['system']};backend={row['backend']}", f"backend={row['backend']}", "all"]
+    """The product's group fallback chain (spica_core.evaluate.bands.group_keys) for a row."""
+    from spica_core.evaluate.bands import group_keys
+
+    return list(group_keys(row["model"], row["system"], row["backend"]))
 
 
 def bands(rows: Sequence[Mapping[str, Any]], min_rows: int = 10) -> dict[str, dict[str, dict[str, float | int]]]:

@@ -192,5 +192,5 @@ def test_summary_and_bands() -> None:
                                    "rows": 10}
     assert b["itl_ms"]["all"]["rows"] == 13 and b["ttft_ms"]["backend=vllm"]["p10"] == pytest.approx(0.5)
     assert b["ttft_ms"]["backend=vllm"]["p50"] == pytest.approx(1.25)
-    assert band_keys(rows[0]) == [key_a, "system=h100_sxm;backend=vllm", "backend=vllm", "all"]
+    assert band_keys(rows[0]) == [key_a, "backend=vllm", "all"]
     assert bands(rows[:3], min_rows=10)["ttft_ms"].keys() == {"all"}
