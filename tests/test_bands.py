@@ -103,22 +103,34 @@ def test_the_shipped_band_file_loads_and_covers_every_metric() -> None:
         assert table.ratios[metric]["all"].rows >= 1000
 
 
-@pytest.mark.parametrize("text,needle", [
-    (None, "is missing"),
-    ("{not json", "is unreadable"),
-    ('{"schema": 1, "bands": {"ttft_ms": {"all": {"p10": 1, "p50": 1, "p90": 1, "rows": 5}}}}',
+BAD_FILES = [
+    ("SPICA_BANDS_FILE", None, "is missing"),
+    ("SPICA_BANDS_FILE", "{not json", "is unreadable"),
+    ("SPICA_BANDS_FILE", '{"schema": 1, "bands": {"ttft_ms": {"all": {"p10": 1, "p50": 1, "p90": 1, "rows": 5}}}}',
      "bands.itl_ms must be a mapping"),
-    ('{"schema": 1, "bands": {"ttft_ms": {"all": {"p10": -1, "p50": 1, "p90": 1, "rows": 5}}, '
+    ("SPICA_BANDS_FILE", '{"schema": 1, "bands": {"ttft_ms": {"all": {"p10": -1, "p50": 1, "p90": 1, "rows": 5}}, '
      '"itl_ms": {"all": {"p10": 1, "p50": 1, "p90": 1, "rows": 5}}}}', "positive finite"),
-])
-def test_a_bad_band_file_exits_2_naming_it(tmp_path: Path, capsys: Any, monkeypatch: Any, text: str | None,
-                                           needle: str) -> None:
-    path = tmp_path / "bands.json"
+    ("SPICA_SERVING_FILE", None, "is missing"),
+    ("SPICA_SERVING_FILE", "[1, 2", "is unreadable"),
+    ("SPICA_SERVING_FILE", '{"schema": 2, "request_overhead_ms": {}}', "schema-1 serving file"),
+    ("SPICA_SERVING_FILE", '{"schema": 1, "request_overhead_ms": {"vllm": {"ms": -5}}}',
+     "request_overhead_ms['vllm']"),
+]
+
+
+@pytest.mark.parametrize("env,text,needle", BAD_FILES)
+def test_a_bad_accuracy_file_exits_2_naming_it(tmp_path: Path, capsys: Any, monkeypatch: Any, env: str,
+                                               text: str | None, needle: str) -> None:
+    """The band file and the serving file ship with the package; a broken one stops every command."""
+    from spica_core.evaluate.serving import load_serving
+
+    path = tmp_path / "accuracy-data.json"
     if text is not None:
         path.write_text(text)
-    monkeypatch.setenv("SPICA_BANDS_FILE", str(path))
-    with pytest.raises(BandFileError, match=needle):
-        load_bands()
+    monkeypatch.setenv(env, str(path))
+    with pytest.raises(BandFileError) as caught:
+        (load_bands if env == "SPICA_BANDS_FILE" else load_serving)()
+    assert needle in str(caught.value)
     config = tmp_path / "c.yaml"
     config.write_text(f"search_space: {{model_name: {MODEL}, hardware_sku: {SKU}}}\n"
                       "workload: {isl: 1000, osl: 100, num_request_ratio: 2, concurrency: 8}\n")

@@ -110,6 +110,15 @@ def test_agg_payload_schema_and_kv_blocks_from_the_memory_model() -> None:
     assert less < build_engine_args(make_candidate())["agg"].num_gpu_blocks
 
 
+def test_sglang_prefill_budgets_follow_the_knob_as_in_the_manifest() -> None:
+    """SGLang's --chunked-prefill-size / --max-prefill-tokens per rank are the candidate's batched tokens; the
+    replay schedules with the same budgets, not the runtime's 8,192 / 16,384."""
+    sgl = build_engine_args(make_candidate(backend=["sglang"], agg_max_num_batched_tokens=[16384]))["agg"]
+    assert sgl.payload["engine"]["sglang"] == {"chunked_prefill_size": 16384, "max_prefill_tokens": 16384}
+    vllm = build_engine_args(make_candidate(agg_max_num_batched_tokens=[16384]))["agg"]
+    assert "sglang" not in vllm.payload["engine"] and vllm.payload["engine"]["max_num_batched_tokens"] == 16384
+
+
 def test_disagg_roles_carry_kv_transfer_on_prefill_only() -> None:
     roles = build_engine_args(make_candidate("disagg"))
     p, d = roles["prefill"].payload["engine"], roles["decode"].payload["engine"]

@@ -10,10 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from spica_cli.main import main as spica
 from spica_core.config.model import SmartSearchConfig
 from spica_core.deployment import Candidate
-from spica_core.errors import BandFileError
 from spica_core.evaluate import EvalRequest, evaluate_one
 from spica_core.evaluate.serving import SERVING_FILE, load_serving, served_report, served_requests, served_sla
 from spica_core.space.parallel import ParallelConfig
@@ -52,28 +50,6 @@ def test_the_shipped_serving_file_covers_every_backend() -> None:
     assert set(table.request_overhead_ms) == {"sglang", "trtllm", "vllm"}
     assert all(v >= 0 for v in table.request_overhead_ms.values())
     assert table.overhead_ms("tgi") == 0.0
-
-
-@pytest.mark.parametrize("text,needle", [
-    (None, "is missing"),
-    ("[1, 2", "is unreadable"),
-    ('{"schema": 2, "request_overhead_ms": {}}', "schema-1 serving file"),
-    ('{"schema": 1, "request_overhead_ms": {"vllm": {"ms": -5}}}', "request_overhead_ms['vllm']"),
-])
-def test_a_bad_serving_file_exits_2_naming_it(tmp_path: Path, capsys: Any, monkeypatch: Any, text: str | None,
-                                              needle: str) -> None:
-    path = tmp_path / "serving.json"
-    if text is not None:
-        path.write_text(text)
-    monkeypatch.setenv("SPICA_SERVING_FILE", str(path))
-    with pytest.raises(BandFileError, match=needle.replace("[", r"\[").replace("]", r"\]")):
-        load_serving()
-    config = tmp_path / "c.yaml"
-    config.write_text(f"search_space: {{model_name: {MODEL}, hardware_sku: {SKU}}}\n"
-                      "workload: {isl: 1000, osl: 100, num_request_ratio: 2, concurrency: 8}\n")
-    assert spica(["validate", str(config)]) == 2
-    err = capsys.readouterr().err
-    assert str(path) in err and needle in err and "Traceback" not in err
 
 
 def _request(backend: str, sla: dict[str, float] | None = None) -> EvalRequest:

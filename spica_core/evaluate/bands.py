@@ -146,18 +146,25 @@ def load_bands(path: str | Path | None = None) -> BandTable:
     return _load(str(Path(path) if path is not None else band_file()))
 
 
-@lru_cache(maxsize=4)
-def _load(path: str) -> BandTable:
-    fix = "regenerate it with `python bench/bench_accuracy.py`, or unset SPICA_BANDS_FILE"
+def read_data_file(path: str, kind: str, schema: int, table: str, fix: str) -> dict[str, Any]:
+    """A shipped accuracy file (``kind``: band, serving) as JSON with its ``schema`` and a ``table`` mapping;
+    BandFileError names the file, what is wrong, and ``fix``."""
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise BandFileError(f"band file {path} is missing; {fix}") from None
+        raise BandFileError(f"{kind} file {path} is missing; {fix}") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise BandFileError(f"band file {path} is unreadable ({type(exc).__name__}: {exc}); {fix}") from None
-    if not isinstance(doc, dict) or doc.get("schema") != BAND_SCHEMA or not isinstance(doc.get("bands"), dict):
-        raise BandFileError(f"band file {path} is not a schema-{BAND_SCHEMA} band file (it needs 'schema': "
-                            f"{BAND_SCHEMA} and a 'bands' mapping); {fix}")
+        raise BandFileError(f"{kind} file {path} is unreadable ({type(exc).__name__}: {exc}); {fix}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != schema or not isinstance(doc.get(table), dict):
+        raise BandFileError(f"{kind} file {path} is not a schema-{schema} {kind} file (it needs 'schema': "
+                            f"{schema} and a '{table}' mapping); {fix}")
+    return doc
+
+
+@lru_cache(maxsize=4)
+def _load(path: str) -> BandTable:
+    fix = "regenerate it with `python bench/bench_accuracy.py`, or unset SPICA_BANDS_FILE"
+    doc = read_data_file(path, "band", BAND_SCHEMA, "bands", fix)
     ratios: dict[str, dict[str, Ratio]] = {}
     for metric in BAND_METRICS:
         groups = doc["bands"].get(metric)
@@ -176,4 +183,5 @@ def _load(path: str) -> BandTable:
 
 
 __all__ = ["Band", "BandTable", "Ratio", "BAND_FILE", "BAND_METRICS", "band_file", "load_bands", "group_keys",
+           "read_data_file",
            "bands_to_dict", "bands_from_dict"]

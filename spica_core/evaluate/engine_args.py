@@ -98,6 +98,12 @@ def role_payload(candidate: Candidate, role: str, *, num_gpu_blocks: int, profil
         "enable_prefix_caching": bool(knobs.enable_prefix_caching),
         "timing_model": timing_model(profile),
     }
+    if candidate.backend == "sglang":
+        # SGLang schedules prefill by its own two budgets, not max_num_batched_tokens; the manifest sets both
+        # per attention-DP rank from this knob (--chunked-prefill-size, --max-prefill-tokens), so the replay does
+        # too instead of the runtime's defaults (8,192 and 16,384)
+        tokens = int(knobs.max_num_batched_tokens)
+        engine["sglang"] = {"chunked_prefill_size": tokens, "max_prefill_tokens": tokens}
     if context.aic_nextn:
         engine["aic_nextn"] = int(context.aic_nextn)
     if role == "prefill":

@@ -17,7 +17,6 @@ with the constant taken off.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from spica_core.errors import BandFileError
+from spica_core.evaluate.bands import read_data_file
 
 SERVING_FILE = Path(__file__).parent / "data" / "serving.json"
 SERVING_SCHEMA = 1
@@ -87,16 +87,7 @@ def load_serving(path: str | Path | None = None) -> ServingTable:
 @lru_cache(maxsize=4)
 def _load(path: str) -> ServingTable:
     fix = "regenerate it with `python bench/bench_accuracy.py --docs-only`, or unset SPICA_SERVING_FILE"
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BandFileError(f"serving file {path} is missing; {fix}") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise BandFileError(f"serving file {path} is unreadable ({type(exc).__name__}: {exc}); {fix}") from None
-    table = doc.get("request_overhead_ms") if isinstance(doc, dict) else None
-    if not isinstance(doc, dict) or doc.get("schema") != SERVING_SCHEMA or not isinstance(table, dict):
-        raise BandFileError(f"serving file {path} is not a schema-{SERVING_SCHEMA} serving file (it needs "
-                            f"'schema': {SERVING_SCHEMA} and a 'request_overhead_ms' mapping); {fix}")
+    table = read_data_file(path, "serving", SERVING_SCHEMA, "request_overhead_ms", fix)["request_overhead_ms"]
     out: dict[str, float] = {}
     for backend, entry in table.items():
         value = entry.get("ms") if isinstance(entry, dict) else None
