@@ -162,6 +162,7 @@ def lead_section(summary: dict[str, Any], meta: dict[str, Any]) -> list[str]:
     for b, c in serving.items():
         vals = [f[b] for f in folds.values() if b in f]
         L.append(f"| {b} | {c['ms']:.0f} ms | {min(vals):.0f}–{max(vals):.0f} ms | {c['rows']} |")
+    L += [""]
     forms = summary.get("forms", {})
     if forms:
         L += ["Other forms of the serving term, each fitted per backend and judged the same way (TTFT):", "",

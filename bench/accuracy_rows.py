@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from spica_core.space.precision import WEIGHT_BITS   # the product's own ordering of precisions
+
 REPO = Path(__file__).resolve().parents[1]
 REQUESTS_PER_CONCURRENCY = 10            # InferenceX: 10 × c measured requests
 LENGTH_SPREAD = 0.2                      # InferenceX: uniform in [⌊0.8 L⌋, L] (workload.length_spread)
@@ -192,9 +194,6 @@ FAMILY_CHECKPOINTS: dict[tuple[str, str], str] = {
 _FAMILIES = {"bfloat16": "bf16", "bf16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "fp8_static": "fp8",
              "nvfp4": "fp4", "w4a16_mxfp4": "fp4", "mxfp4": "fp4", "w4a8_mxfp4_mxfp8": "fp4",
              "int4_wo": "int4", "w4afp8": "int4"}
-
-
-from spica_core.space.precision import WEIGHT_BITS  # noqa: E402  (the product's own ordering of precisions)
 
 
 def family(mode: str) -> str:
