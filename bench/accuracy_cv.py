@@ -7,8 +7,8 @@ TTFT over the backend's rows is 1 (an unbiased prediction), and never below 0 ms
 
 Out of fold, a row of model M is predicted with constants fitted on every row of the other models
 (``predicted_oof``). Its band (``band_oof``) is the quantiles of measured ÷ predicted over the other
-models' rows, predicted with the same constants, in the row's group (SKU and backend, then backend,
-then all rows: its own model's group is never there). What ships is fitted on all rows. Nothing here
+models' rows, predicted with the same constants, in the row's group (the backend's rows, then all rows:
+its own model's group is never there, as for a model the shipped band file has never seen). What ships is fitted on all rows. Nothing here
 runs a replay: each row carries its raw replay (``replay.mean_ttft_ms`` / ``replay.mean_itl_ms``).
 """
 from __future__ import annotations
@@ -19,7 +19,6 @@ from typing import Any
 
 from bench.accuracy_rows import band_keys, bands, error_stats
 
-BACKENDS = ("sglang", "trtllm", "vllm")
 PEERS = ("aic", "aisim")
 MIN_BAND_ROWS = 10
 COVERAGE = {"p10_p90": ("p10", "p90"), "p5_p95": ("p05", "p95")}
