@@ -1,0 +1,44 @@
+"""The accuracy file is a contract: every row carries its out-of-fold prediction and band, and ``predicted`` is
+what ``spica evaluate``'s own path prints for the row's config with the shipped constants."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+ACCURACY = Path(__file__).resolve().parents[1] / "bench" / "results" / "accuracy.json"
+
+
+def _doc() -> dict:
+    return json.loads(ACCURACY.read_text())
+
+
+def test_every_row_carries_the_contract_fields() -> None:
+    doc = _doc()
+    for r in doc["rows"]:
+        assert {"id", "model", "system", "backend", "measured", "predicted", "predicted_oof", "band_oof"} <= set(r)
+        for metric in ("ttft_ms", "tpot_ms"):
+            band = r["band_oof"][metric]
+            assert band["p10"] <= band["p90"] and r["predicted_oof"][metric] > 0
+    for block in ("in_sample", "out_of_fold"):
+        overall = doc["summary"][block]["overall"]
+        assert overall["rows"] == len(doc["rows"]) and set(overall["coverage"]) == {"ttft_ms", "tpot_ms"}
+
+
+@pytest.mark.slow
+def test_predicted_is_what_spica_evaluate_prints() -> None:
+    from bench.accuracy_run import build
+    from spica_core.evaluate import evaluate_one
+
+    rows = _doc()["rows"]
+    for backend in ("sglang", "trtllm", "vllm"):
+        row = min((r for r in rows if r["backend"] == backend and r["concurrency"] <= 16), key=lambda r: r["id"])
+        _, request = build(row["config"])
+        outcome = evaluate_one(request)
+        assert outcome.feasible, outcome.reason
+        assert outcome.metrics["mean_ttft_ms"] == pytest.approx(row["predicted"]["ttft_ms"], abs=2e-3), row["id"]
+        assert outcome.metrics["mean_itl_ms"] == pytest.approx(row["predicted"]["tpot_ms"], abs=2e-3), row["id"]
