@@ -167,33 +167,36 @@ def trust_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def compare_forms(rows: Sequence[Mapping[str, Any]], layers: Mapping[str, int]) -> dict[str, dict[str, Any]]:
     """Other forms of the serving term, each fitted per backend and judged the same way (in sample and
     leave-one-model-out), on TTFT: the replay alone, the shipped constant, a time per decoder layer
-    (``layers``: model -> layer count), and the constant of least MAPE (which trades the median for it)."""
+    (``layers``: model -> layer count), and the constant of least MAPE (which trades the median for it).
+
+    A form is (fit on training rows -> coefficient, a row's unit): the term is coefficient × unit, fitted
+    once per backend and fold."""
+    def pairs(train: Sequence[Mapping[str, Any]]) -> list[tuple[float, float]]:
+        return [(t["measured"]["ttft_ms"], raw(t)["ttft_ms"]) for t in train]
+
+    def per_layer(train: Sequence[Mapping[str, Any]]) -> float:
+        return fit_overhead(pairs(train), [layers[t["model"]] for t in train])
+
+    one = lambda r: 1.0  # noqa: E731
     forms = {
-        "replay alone (no serving term)": lambda train, r: 0.0,
-        "constant, median ratio 1 (shipped)": lambda train, r: fit_overhead(
-            (t["measured"]["ttft_ms"], raw(t)["ttft_ms"]) for t in train),
-        "ms per decoder layer, median ratio 1": lambda train, r: layers[r["model"]] * fit_overhead(
-            [(t["measured"]["ttft_ms"], raw(t)["ttft_ms"]) for t in train], [layers[t["model"]] for t in train]),
-        "constant of least MAPE": lambda train, r: fit_least_mape(
-            (t["measured"]["ttft_ms"], raw(t)["ttft_ms"]) for t in train),
+        "replay alone (no serving term)": (lambda train: 0.0, one),
+        "constant, median ratio 1 (shipped)": (lambda train: fit_overhead(pairs(train)), one),
+        "ms per decoder layer, median ratio 1": (per_layer, lambda r: float(layers[r["model"]])),
+        "constant of least MAPE": (lambda train: fit_least_mape(pairs(train)), one),
     }
     out: dict[str, dict[str, Any]] = {}
-    for name, term in forms.items():
+    for name, (fit_form, unit) in forms.items():
         ins: list[tuple[float, float]] = []
-        oof: list[tuple[float, float]] = []
         per_backend: dict[str, list[tuple[float, float]]] = {}
         for backend in sorted({r["backend"] for r in rows}):
             mine = [r for r in rows if r["backend"] == backend]
-            cache: dict[str, Any] = {}
+            everyone = fit_form(mine)
+            folds = {m: fit_form([t for t in mine if t["model"] != m]) for m in {r["model"] for r in mine}}
             for r in mine:
-                m = r["measured"]["ttft_ms"]
-                ins.append((m, raw(r)["ttft_ms"] + term(mine, r)))
-                key = r["model"]
-                if key not in cache:
-                    cache[key] = [t for t in mine if t["model"] != key]
-                pair = (m, raw(r)["ttft_ms"] + term(cache[key], r))
-                oof.append(pair)
-                per_backend.setdefault(backend, []).append(pair)
+                m, replay = r["measured"]["ttft_ms"], raw(r)["ttft_ms"]
+                ins.append((m, replay + everyone * unit(r)))
+                per_backend.setdefault(backend, []).append((m, replay + folds[r["model"]] * unit(r)))
+        oof = [pair for v in per_backend.values() for pair in v]
         out[name] = {"in_sample": error_stats(ins), "out_of_fold": error_stats(oof),
                      "out_of_fold_by_backend": {b: error_stats(v) for b, v in per_backend.items()}}
     return out
