@@ -34,7 +34,8 @@ PROFILE_SCHEMA = 4
 # ``VLLMBackend._prefill_dispatch_overhead_ms``: "recalibrated at ~0.8 ms/layer against the full silicon
 # corpus"); AIC adds nothing for SGLang and TRT-LLM, and neither does Spica. The replay pays it once per
 # pass that carries prefill tokens, so every request queued behind that pass, and every decode that shares
-# it, pays it too. Measured on the accuracy rows (docs/accuracy.md): vLLM TTFT median error -34 % -> +2 %.
+# it, pays it too. On the accuracy rows, vLLM's TTFT median error was -35 % without it (bench/results/accuracy.json
+# at 5d45174) and is +4 % out of fold with it (docs/accuracy.md).
 PREFILL_DISPATCH_MS_PER_LAYER = {"vllm": 0.8}
 
 # A block-scaled FP8 GEMM does the work of a per-tensor one plus per-block scales: SGLang's and
