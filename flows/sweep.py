@@ -92,13 +92,13 @@ def _search_and_rank(run: ValidatedRun, show_progress: bool) -> SweepSummary:
         trials = stored_trials(run.run_dir, context)
         emitted = emit_task(run, ranking, trials, evaluator=evaluator)  # its extra replays on the same workers
     tally = Tally.of(trials)
-    publish_summary(run.identity.run_id, config, ranking, tally, str(run.run_dir.path),
-                    str(emitted.report.markdown) if emitted.report else None,
-                    emitted.records[0].headroom if emitted.records else None)
+    publish_summary(run.identity.run_id, config, emitted.records, tally, str(run.run_dir.path),
+                    str(emitted.report.markdown) if emitted.report else None)
     dropped = ([f"dropped planner policies {run.policies.dropped}: {run.policies.reason}"]
                if run.policies.dropped else [])
     return SweepSummary(run_dir=str(run.run_dir.path), run_id=run.identity.run_id, pareto=config.goal.is_pareto,
-                        objectives=tuple(o.value for o in config.goal.objectives), ranking=tuple(ranking),
+                        objectives=tuple(o.value for o in config.goal.objectives), ranking=emitted.records,
+                        required_attainment=config.goal.required_attainment,
                         tally=tally, stalls=tuple(stalls),
                         warnings=(*branch_set.warnings, *dropped), load_predictor_reason=predictor.reason,
                         load_predictor_winners=dict(predictor.best_by_interval),

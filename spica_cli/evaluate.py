@@ -118,6 +118,12 @@ def render_text(outcome: Any, goal: Any, headroom: Any = None) -> str:
         lines.append(f"goal: {goal.target.value}"
                      + (f" (sla {goal.sla.model_dump(exclude_none=True)}{confidence})" if goal.sla else ""))
         lines.append(f"score: {_fmt(outcome.score)}")
+        if goal.sla is not None:
+            from spica_core.emit.report import attainment_text, percent
+            from spica_core.evaluate import attainment, meets_sla
+
+            lines.append(f"SLA attainment: {attainment_text(attainment(outcome.report), meets_sla(goal, outcome.report))}"
+                         f" ({percent(goal.required_attainment)} of requests required)")
         lines.append("headroom: " + (headroom.text() + f" ({headroom.evaluations} extra replays)" if headroom
                                      else "no SLA, so no headroom"))
         if outcome.objectives:
@@ -129,7 +135,7 @@ def render_text(outcome: Any, goal: Any, headroom: Any = None) -> str:
 
 
 def render_json(outcome: Any, goal: Any, headroom: Any = None) -> str:
-    from spica_core.evaluate import headline
+    from spica_core.evaluate import attainment, headline, meets_sla
 
     body = {"status": outcome.status.value, "reason": outcome.reason, "sample": outcome.candidate.to_sample(),
             "metrics": headline(outcome.report) if outcome.feasible else {},
@@ -138,6 +144,8 @@ def render_json(outcome: Any, goal: Any, headroom: Any = None) -> str:
                                                                                "capped", "below_floor")}
                          if headroom else None),
             "score": outcome.score, "objectives": outcome.objectives, "goal": goal.model_dump(mode="json"),
+            "attainment": attainment(outcome.report) if outcome.feasible and goal.sla else None,
+            "meets_sla": meets_sla(goal, outcome.report) if outcome.feasible else None,
             "planner": {k: v for k, v in outcome.planner.items() if k != "decisions"} if outcome.planner else None,
             "timings": outcome.timings}
     return json.dumps(body, indent=2, sort_keys=True, default=str)

@@ -24,7 +24,7 @@ def show_command(run_dir: str) -> int:
         print(f"error: {nothing_feasible(run)}")
         return EXIT_NO_RESULT
     goal = run.config.goal
-    lines = candidate_table(run.records, goal.is_pareto, [o.value for o in goal.objectives])
+    lines = candidate_table(run.records, goal.is_pareto, [o.value for o in goal.objectives], goal.required_attainment)
     lines += ["", *tally_lines(run.tally)]
     lines += [f"headroom of rank {r.rank}: {r.headroom.text()}" for r in run.records if r.headroom is not None]
     if run.config.goal.sla is None:

@@ -22,7 +22,7 @@ def _fmt(value: Any) -> str:
 
 
 class Ranked(Protocol):
-    """What a table row needs: a ranked candidate or an emitted record."""
+    """What a table row needs: an emitted record (a ranked candidate with its SLA verdict and near-ties)."""
 
     rank: int
     score: float
@@ -30,31 +30,60 @@ class Ranked(Protocol):
     candidate: Candidate
     metrics: dict[str, float]
     objectives: dict[str, float] | None
+    attainment: float | None
+    meets_sla: bool | None
+    tied_with: tuple[int, ...]
 
 
-def candidate_table(ranking: Sequence[Ranked], pareto: bool, objectives: Sequence[str]) -> list[str]:
-    """The top candidates, or the front, as aligned text lines (a title line first)."""
+def candidate_table(ranking: Sequence[Ranked], pareto: bool, objectives: Sequence[str],
+                    required_attainment: float = 0.0) -> list[str]:
+    """The top candidates, or the front, as aligned text lines (a title line first, notes last)."""
+    from spica_core.emit.report import attainment_text, rank_label
+
     lines: list[str] = []
+    sla = any(r.attainment is not None for r in ranking)
+    verdict = ["SLA attainment"] if sla else []
     if pareto:
         lines.append(f"Pareto front: {len(ranking)} non-dominated candidate(s), sorted by {objectives[-1]}")
-        header = ["#", "mode", "backend", "parallel", "GPUs", "concurrency", *objectives]
+        header = ["#", "mode", "backend", "parallel", "GPUs", "concurrency", *objectives, *verdict]
         table = [[str(r.rank), r.candidate.mode, r.candidate.backend, r.candidate.parallel.label(), str(r.used_gpus),
-                  _fmt(r.candidate.concurrency), *(_fmt((r.objectives or {}).get(o)) for o in objectives)]
+                  _fmt(r.candidate.concurrency), *(_fmt((r.objectives or {}).get(o)) for o in objectives),
+                  *([attainment_text(r.attainment, r.meets_sla)] if sla else [])]
                  for r in ranking]
     else:
         lines.append(f"Top {min(TOP, len(ranking))} of {len(ranking)} candidate(s) (score: higher is better)")
-        header = ["#", "score", "mode", "backend", "parallel", "GPUs", "precision seqs/tokens router planner", "tok/s",
-                  "TTFT ms", "TPOT ms"]
+        header = ["#", "score", *verdict, "mode", "backend", "parallel", "GPUs", "precision seqs/tokens router planner",
+                  "tok/s", "TTFT ms", "TPOT ms"]
         table = []
         for r in ranking[:TOP]:
             m = r.metrics
-            table.append([str(r.rank), _fmt(r.score), r.candidate.mode, r.candidate.backend,
+            table.append([rank_label(r), _fmt(r.score), *([attainment_text(r.attainment, r.meets_sla)] if sla else []),
+                          r.candidate.mode, r.candidate.backend,
                           r.candidate.parallel.label(), str(r.used_gpus), r.candidate.knobs_label(),
                           _fmt(m.get("output_throughput_tok_s")), _fmt(m.get("mean_ttft_ms")),
                           _fmt(m.get("mean_tpot_ms"))])
     widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h) for i, h in enumerate(header)]
     lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths)))
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in table]
+    return lines + requirement_lines(ranking, pareto, required_attainment)
+
+
+def requirement_lines(ranking: Sequence[Ranked], pareto: bool, required: float) -> list[str]:
+    """Under the table: how many meet the SLA requirement (or that none does), and the near-ties."""
+    from spica_core.emit.report import percent
+
+    lines = []
+    if required > 0 and any(r.meets_sla is not None for r in ranking):
+        meeting = sum(1 for r in ranking if r.meets_sla)
+        need = f"{percent(required)} of requests within the SLA"
+        if meeting == 0:
+            lines.append(f"no candidate meets the SLA requirement ({need}): "
+                         + ("the front is over all candidates" if pareto else "ranked by attainment, highest first"))
+        elif not pareto:
+            lines.append(f"{meeting} of {len(ranking)} candidate(s) meet the SLA requirement ({need}); the others "
+                         "rank after them")
+    if any(r.tied_with for r in ranking[:TOP]):
+        lines.append("=N: a near-tie: scores within the replays' run-to-run spread, so the order is not a result")
     return lines
 
 
@@ -67,7 +96,7 @@ def tally_lines(tally: Tally) -> list[str]:
 
 def render_summary(summary: SweepSummary) -> str:
     tally = summary.tally
-    lines = candidate_table(summary.ranking, summary.pareto, summary.objectives)
+    lines = candidate_table(summary.ranking, summary.pareto, summary.objectives, summary.required_attainment)
     lines.append("")
     lines += tally_lines(tally)
     lines.append(f"search time: optimizer {tally.optimizer_seconds:.1f} s, replays {tally.replay_seconds:.1f} s "

@@ -16,10 +16,9 @@ from prefect.context import FlowRunContext
 from prefect.logging import get_run_logger
 
 from spica_core.config.model import SmartSearchConfig
-from spica_core.evaluate import raw_value
-from spica_core.emit import fmt
-from spica_core.emit.report import OBJECTIVE_LABELS, band_range
-from spica_core.evaluate.headroom import Headroom
+from spica_core.evaluate import attainment, meets_sla, raw_value
+from spica_core.emit import CandidateRecord, fmt
+from spica_core.emit.report import OBJECTIVE_LABELS, attainment_text, band_range, percent
 from spica_core.search import RankedCandidate, Tally, Trial
 
 
@@ -69,6 +68,7 @@ def candidate_row(config: SmartSearchConfig, rank: int | None, trial: Trial | Ra
         "GPUs": candidate.parallel.used_gpus if candidate else "",
         "batching / router / planner": candidate.knobs_label() if candidate else "",
         "score": _score_text(config, trial.score) if trial.score is not None else "—",
+        "SLA attainment": attainment_text(attainment(metrics), meets_sla(config.goal, metrics)),
         "TTFT (SLA)": _sla_text(config, metrics, "mean_ttft_ms", sla.ttft_ms if sla else None),
         "ITL (SLA)": _sla_text(config, metrics, "mean_itl_ms" if "mean_itl_ms" in metrics else "mean_tpot_ms",
                                sla.itl_ms if sla else None),
@@ -157,18 +157,24 @@ def publish_ranking(run_id: str, config: SmartSearchConfig, ranking: Sequence[Ra
                                       f"run folder {run_dir}")
 
 
-def publish_summary(run_id: str, config: SmartSearchConfig, ranking: Sequence[RankedCandidate], tally: Tally,
-                    run_dir: str, report: str | None, headroom: Headroom | None = None) -> None:
+def publish_summary(run_id: str, config: SmartSearchConfig, records: Sequence[CandidateRecord], tally: Tally,
+                    run_dir: str, report: str | None) -> None:
     """The flow run's markdown summary: the winner, its settings, its metrics against the SLA, where it all is."""
     if not in_flow_run():
         return
     lines = [f"# Spica sweep {run_id[:12]}", "", f"Run folder: `{run_dir}`", ""]
-    if ranking:
-        w = ranking[0]
+    if records:
+        w = records[0]
         c = w.candidate
         sla = config.goal.sla
+        headroom = w.headroom
+        required = config.goal.required_attainment
         lines += [f"## Winner: {c.mode} {c.backend} {c.parallel.label()} ({w.used_gpus} GPUs)", "",
                   f"- score: {_score_text(config, w.score)} ({config.goal.target.value})",
+                  f"- SLA attainment: {attainment_text(w.attainment, w.meets_sla)}"
+                  + (f" — {percent(required)} required" if sla is not None and required > 0 else ""),
+                  *([f"- a near-tie with rank(s) {', '.join(map(str, w.tied_with))}: the order is within the "
+                     "replays' run-to-run spread"] if w.tied_with else []),
                   f"- settings: {c.knobs_label()}",
                   f"- TTFT: {_sla_text(config, dict(w.metrics), 'mean_ttft_ms', sla.ttft_ms if sla else None)}",
                   f"- ITL: {_sla_text(config, dict(w.metrics), 'mean_tpot_ms', sla.itl_ms if sla else None)}",

@@ -14,7 +14,7 @@ import pytest
 import spica_core.space.branches as branches_mod
 import tasks.load_predictor as load_predictor_mod
 import tasks.space as space_mod
-from spica_core.config.model import SmartSearchConfig
+from spica_core.config.model import OptimizationGoal, SmartSearchConfig
 from spica_core.emit.records import CandidateRecord, Provenance
 from spica_core.errors import NoViableParallelConfigError, RunDirError
 from spica_core.evaluate.bands import Band
@@ -73,7 +73,9 @@ def _trials(config: SmartSearchConfig) -> list[Trial]:
     band = Band(p10=0.9, p50=1.0, p90=1.25, rows=40, group="vllm agg tp2", spread=0.02)
     feasible = Trial("agg", 0, 0, Status.feasible, first.parallel, first.raw, first.selection, ask=0,
                      cache_key="key-0", projection=first.projection, candidate=candidate, score=812.5,
-                     objectives={"throughput_per_gpu": 812.5}, metrics={"mean_ttft_ms": 250.0, "p90_itl_ms": 12.5},
+                     objectives={"throughput_per_gpu": 812.5}, metrics={"mean_ttft_ms": 250.0, "p90_itl_ms": 12.5,
+                                                                        "num_requests": 20.0,
+                                                                        "goodput_completed_requests": 19.0},
                      eval_seconds=1.5, replay_seconds=1.25, suggest_seconds=0.75, suggested_by="gp",
                      bands={"ttft_ms": band})
     infeasible = Trial("agg", 1, 1, Status.infeasible, second.parallel, second.raw, second.selection, ask=1,
@@ -119,14 +121,16 @@ def declared_values_round_trip(stage: str, config: SmartSearchConfig, rd: RunDir
     if stage == "trials":
         rd.write(stage, [t.to_row() for t in trials], "fp")
         return trials, [Trial.from_row(r) for r in rd.rows(stage)]
-    ranked = [RankedCandidate.of(1, trials[0])]
+    ranked = [RankedCandidate.of(1, trials[0], OptimizationGoal(sla={"ttft_ms": 500.0}))]
+    assert (ranked[0].attainment, ranked[0].meets_sla) == (0.95, True)
     if stage == "ranking":
         rd.write(stage, [r.to_row() for r in ranked], "fp")
         return ranked, [RankedCandidate.from_row(r) for r in rd.rows(stage)]
     assert stage == "candidates"
     headroom = Headroom(scale=2.5, attainment=0.97, evaluations=4, points=((1.0, 1.0), (2.5, 0.97)))
     records = [dataclasses.replace(CandidateRecord.of(ranked[0], {"attempts": 3, "reasons": {"no KV": 1}},
-                                                      PROVENANCE), headroom=headroom)]
+                                                      PROVENANCE), headroom=headroom, score_spread=1.5,
+                                   tied_with=(2,))]
     rd.write(stage, [r.to_row() for r in records], "fp")
     return records, [CandidateRecord.from_row(r) for r in rd.rows(stage)]
 

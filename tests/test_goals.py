@@ -94,6 +94,7 @@ class C:
     score: float
     used_gpus: int
     objectives: dict[str, float] | None = field(default=None)
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 def test_rank_by_score_then_fewer_gpus_stable() -> None:

@@ -6,6 +6,7 @@ from typing import Any
 from spica_cli.sweep import render_summary
 from spica_core.config.model import SmartSearchConfig
 from spica_core.deployment import Candidate
+from spica_core.emit import CandidateRecord
 from spica_core.evaluate import Status
 from spica_core.search import SweepSummary, Tally, Trial, rank_trials
 from spica_core.space.parallel import ParallelConfig
@@ -54,7 +55,8 @@ def test_summary_table_rows_and_tally() -> None:
               Trial("disagg", 0, 1, Status.feasible, DISAGG.parallel, {}, {"backend": "vllm"}, candidate=DISAGG,
                     score=20.0),
               Trial("agg", 0, 2, Status.infeasible, AGG.parallel, {}, {"backend": "vllm"}, reason="over budget: 9 > 8")]
-    text = render_summary(summary(ranking=tuple(rank_trials(trials, config)), tally=Tally.of(trials)))
+    records = tuple(CandidateRecord.of(r, {}, None) for r in rank_trials(trials, config))  # type: ignore[arg-type]
+    text = render_summary(summary(ranking=records, tally=Tally.of(trials)))
     lines = text.splitlines()
     assert lines[0] == "Top 2 of 2 candidate(s) (score: higher is better)"
     assert lines[2].split()[:5] == ["1", "20.00", "disagg", "vllm", "1×TP1"]  # 4 significant digits (emit/numbers.py)

@@ -427,11 +427,13 @@ class OptimizationTarget(str, Enum):
     e2e_latency = "e2e_latency"
     goodput = "goodput"
     goodput_per_gpu = "goodput_per_gpu"
+    min_gpus = "min_gpus"
     pareto = "pareto"
 
 
 GOODPUT_TARGETS = frozenset({OptimizationTarget.goodput, OptimizationTarget.goodput_per_gpu})
-MINIMIZED_TARGETS = frozenset({OptimizationTarget.e2e_latency})
+MINIMIZED_TARGETS = frozenset({OptimizationTarget.e2e_latency, OptimizationTarget.min_gpus})
+DEFAULT_SLA_ATTAINMENT = 0.9   # the share of requests that must meet an SLA unless goal.sla_attainment says otherwise
 DEFAULT_PARETO = (OptimizationTarget.throughput_per_gpu, OptimizationTarget.throughput_per_user)
 
 
@@ -458,14 +460,19 @@ class OptimizationGoal(_Model):
     target: OptimizationTarget = OptimizationTarget.throughput
     sla: SLATarget | None = None
     pareto_objectives: list[OptimizationTarget] | None = None
+    sla_attainment: Annotated[float, Field(ge=0, le=1), BeforeValidator(_no_bool)] | None = Field(
+        default=None, description="the share of requests (rejected ones included) that must meet the SLA at today's "
+                                  "traffic; a candidate below it ranks after every one that meets it. Default 0.9 "
+                                  "when goal.sla is set; 0: the SLA enters goodput only")
     sla_confidence: Annotated[float, Field(ge=0.5, le=0.99), BeforeValidator(_no_bool)] = Field(
         default=0.5, description="the SLA must hold at this quantile of the candidate's error band on measured "
                                  "GPUs; 0.5 is the point prediction")
     headroom_max: Annotated[float, Field(ge=1, json_schema_extra={"maximum": limits.TRAFFIC_SCALE.maximum}),
                             BeforeValidator(_no_bool), _at_most(limits.TRAFFIC_SCALE)] = Field(
         default=4.0, description="the largest traffic scale headroom looks for")
-    headroom_attainment: Annotated[float, Field(gt=0, le=1), BeforeValidator(_no_bool)] = Field(
-        default=0.9, description="the share of requests that must meet the SLA for a traffic scale to hold")
+    headroom_attainment: Annotated[float, Field(gt=0, le=1), BeforeValidator(_no_bool)] | None = Field(
+        default=None, description="the share of requests that must meet the SLA for a traffic scale to hold; "
+                                  "default: sla_attainment (0.9 when that is 0)")
     robust_scale: Annotated[float, Field(ge=1, json_schema_extra={"maximum": limits.TRAFFIC_SCALE.maximum}),
                             BeforeValidator(_no_bool), _at_most(limits.TRAFFIC_SCALE)] = Field(
         default=1.0, description="rank by the worst score over traffic scales 1 and this (1: off)")
@@ -481,8 +488,28 @@ class OptimizationGoal(_Model):
     def is_pareto(self) -> bool:
         return self.target is OptimizationTarget.pareto
 
+    @property
+    def required_attainment(self) -> float:
+        """The share of requests that must meet the SLA for a candidate to meet it (0: no requirement)."""
+        return self.sla_attainment or 0.0
+
+    @property
+    def headroom_share(self) -> float:
+        """The attainment a traffic scale must keep to hold: headroom ≥ 1 exactly when the candidate meets
+        the requirement, unless headroom_attainment says otherwise."""
+        return self.headroom_attainment or self.required_attainment or DEFAULT_SLA_ATTAINMENT
+
     @model_validator(mode="after")
     def _rules(self) -> OptimizationGoal:
+        if self.sla is None:
+            if self.sla_attainment is not None:
+                raise FieldError("sla_attainment", "is the share of requests that must meet goal.sla, and goal.sla "
+                                 "is not set; add an SLA or remove sla_attainment", self.sla_attainment, True)
+            if self.target is OptimizationTarget.min_gpus:
+                raise FieldError("sla", "target min_gpus (the fewest GPUs that meet the SLA) needs an SLA: set "
+                                 "ttft_ms, itl_ms and/or e2e_ms", None, True)
+        elif self.sla_attainment is None:
+            self.sla_attainment = DEFAULT_SLA_ATTAINMENT
         if self.pareto_objectives is not None:
             if not self.is_pareto:
                 raise FieldError("pareto_objectives", "is only allowed when target is pareto",
@@ -490,9 +517,12 @@ class OptimizationGoal(_Model):
             objs = self.pareto_objectives
             if len(objs) < 2:
                 raise FieldError("pareto_objectives", "needs at least 2 objectives", [o.value for o in objs], True)
-            if OptimizationTarget.pareto in objs:
-                i = objs.index(OptimizationTarget.pareto)
-                raise FieldError(f"pareto_objectives[{i}]", "pareto cannot be a Pareto objective", "pareto", True)
+            for bad, why in ((OptimizationTarget.pareto, "pareto cannot be a Pareto objective"),
+                             (OptimizationTarget.min_gpus, "min_gpus cannot be a Pareto objective: it is a "
+                              "requirement search (the fewest GPUs that meet the SLA); use target min_gpus, or "
+                              "throughput_per_gpu / goodput_per_gpu on the front")):
+                if bad in objs:
+                    raise FieldError(f"pareto_objectives[{objs.index(bad)}]", why, bad.value, True)
             if len(set(objs)) != len(objs):
                 raise FieldError("pareto_objectives", "objectives must be distinct", [o.value for o in objs], True)
         if GOODPUT_TARGETS & set(self.objectives):
@@ -647,5 +677,5 @@ class SmartSearchConfig(_Model):
 __all__ = [
     "SmartSearchConfig", "SearchSpace", "Workload", "OptimizationGoal", "SweepConfig", "SLATarget",
     "ParallelShape", "DisaggParallel", "OptimizationTarget", "SweepPolicy", "VizierAlgorithm",
-    "GOODPUT_TARGETS", "MINIMIZED_TARGETS",
+    "GOODPUT_TARGETS", "MINIMIZED_TARGETS", "DEFAULT_SLA_ATTAINMENT",
 ]

@@ -15,8 +15,8 @@ def planner_target(goal: OptimizationGoal) -> str:
     """The planner's optimization_target for a sweep goal (§4.6)."""
     if goal.target is OptimizationTarget.e2e_latency:
         return "latency"
-    if goal.target in GOODPUT_TARGETS:
-        return "sla"
+    if goal.target in GOODPUT_TARGETS or goal.target is OptimizationTarget.min_gpus:
+        return "sla"   # scale to hold the SLA
     return "throughput"
 
 
@@ -62,7 +62,7 @@ def filter_for_goal(config: SmartSearchConfig) -> PolicyFilter:
     kept, dropped = filter_scaling_policies(policies, allow_throughput=(target == "sla"))
     reason = ""
     if dropped:
-        reason = (f"throughput-scaling policies need a goodput goal (planner target 'sla'); "
+        reason = (f"throughput-scaling policies need a goodput or min_gpus goal (planner target 'sla'); "
                   f"goal {goal.target.value} maps to planner target '{target}'")
     sla = goal.sla
     missing = [] if sla is None else [name for name in ("ttft_ms", "itl_ms") if getattr(sla, name) is None]

@@ -5,11 +5,13 @@
 * Replay spread (``spica_core.evaluate.repeats``): a KV-router candidate's replays differ slightly from
   run to run (the runtime breaks routing ties with an unseeded generator), so each emitted one is
   replayed ``SPREAD_REPEATS`` times and twice the half-width of its TTFT and ITL spread is added to
-  its band (three replays alone under-cover a fourth); round-robin replays are exact.
+  its band (three replays alone under-cover a fourth); round-robin replays are exact. Twice the
+  half-width of its scores is its ``score_spread``: neighbours in the ranking closer than that are
+  near-ties (``spica_core.search.ranking.near_ties``).
 * The confidence check: the report says which ``goal.sla_confidence`` ranked the candidates and how
   the top five would rank at 0.9, each replayed once more with the SLA held at that band quantile
-  (``spica_core.evaluate.bands``). Only SLA-based objectives (goodput) can move; for the others the
-  SLA does not enter the score.
+  (``spica_core.evaluate.bands``). Only a goodput objective or the SLA requirement
+  (``goal.sla_attainment``) can move; otherwise the SLA does not enter the ranking.
 
 They run side by side on the sweep's workers (``spica_core.evaluate.jobs``): a headroom search is a chain of
 replays, each depending on the last, so a free worker takes another candidate's next replay meanwhile.
@@ -18,7 +20,7 @@ replays, each depending on the last, so a free worker takes another candidate's 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +29,12 @@ from spica_core.emit.records import CandidateRecord
 from spica_core.errors import SpicaError
 from spica_core.evaluate.bands import load_bands
 from spica_core.evaluate.evaluator import EvalRequest
-from spica_core.evaluate.headroom import headroom_job, metrics_attainment
+from spica_core.evaluate.headroom import headroom_job
 from spica_core.evaluate.jobs import Job, run_job, run_jobs
-from spica_core.evaluate.repeats import replay_is_exact, spread_job
+from spica_core.evaluate import ReplaySpread, replay_is_exact, spread_job
+from spica_core.evaluate.scoring import attainment
 from spica_core.evaluate.workers import Evaluator
+from spica_core.search.ranking import near_ties
 
 CHECK_CONFIDENCE = 0.9
 CHECK_TOP = 5
@@ -40,14 +44,25 @@ SPREAD_WIDENING = 2.0   # three replays' half-width misses a fourth replay about
 
 @dataclass(frozen=True)
 class ConfidenceCheck:
-    """The top candidates' scores with the SLA held at ``confidence``; None where the replay failed."""
+    """The top candidates' scores and SLA attainment with the SLA held at ``confidence``; None where the
+    replay failed. ``required`` is the goal's SLA requirement (0: none)."""
 
     confidence: float
     scores: dict[int, float | None]   # rank -> score at that confidence
+    attainments: dict[int, float | None] = field(default_factory=dict)   # rank -> attainment at that confidence
+    required: float = 0.0
+
+    def misses(self, rank: int) -> bool:
+        share = self.attainments.get(rank)
+        return self.required > 0 and (share is None or share < self.required)
 
     def reranked(self) -> list[int]:
-        """The ranks in the order they would have at ``confidence`` (failed ones last)."""
-        return sorted(self.scores, key=lambda r: (self.scores[r] is None, -(self.scores[r] or 0.0), r))
+        """The ranks in the order they would have at ``confidence``, by the ranking's own rule (failed last)."""
+        def key(r: int) -> tuple[bool, bool, float, float, int]:
+            misses = self.misses(r)
+            return (self.scores[r] is None, misses, -(self.attainments.get(r) or 0.0) if misses else 0.0,
+                    -(self.scores[r] or 0.0), r)
+        return sorted(self.scores, key=key)
 
 
 def request_of(record: CandidateRecord, config: SmartSearchConfig, trace_file: Path | None,
@@ -72,9 +87,11 @@ def with_spread(records: Sequence[CandidateRecord], ranks: Sequence[int], config
     return recheck(records, ranks, config, trace_file, evaluator, headroom=False, confidence=None)[0]
 
 
-def sla_moves_score(config: SmartSearchConfig) -> bool:
+def sla_moves_ranking(config: SmartSearchConfig) -> bool:
+    """Whether the SLA can change a scalar ranking: through goodput, or as a requirement."""
     goal = config.goal
-    return goal.sla is not None and bool(GOODPUT_TARGETS & set(goal.objectives)) and not goal.is_pareto
+    return (goal.sla is not None and not goal.is_pareto
+            and (bool(GOODPUT_TARGETS & set(goal.objectives)) or goal.required_attainment > 0))
 
 
 def confidence_check(records: Sequence[CandidateRecord], config: SmartSearchConfig, trace_file: Path | None,
@@ -97,10 +114,10 @@ def recheck(records: Sequence[CandidateRecord], ranks: Sequence[int], config: Sm
         if r.rank not in ranks:
             continue
         if headroom and config.goal.sla is not None:
-            jobs["headroom", r.rank] = headroom_job(request_of(r, config, trace_file), metrics_attainment(r.metrics))
+            jobs["headroom", r.rank] = headroom_job(request_of(r, config, trace_file), attainment(r.metrics))
         if spread and not replay_is_exact(r.candidate):
             jobs["spread", r.rank] = _spread_or_none(request_of(r, config, trace_file))
-    checking = (confidence is not None and sla_moves_score(config) and config.goal.sla_confidence != confidence
+    checking = (confidence is not None and sla_moves_ranking(config) and config.goal.sla_confidence != confidence
                 and bool(records))
     if checking:
         goal = config.goal.model_copy(update={"sla_confidence": confidence})
@@ -114,30 +131,37 @@ def recheck(records: Sequence[CandidateRecord], ranks: Sequence[int], config: Sm
     for r in records:
         if ("headroom", r.rank) in found:
             r = replace(r, headroom=found["headroom", r.rank])
-        if ("spread", r.rank) in found:
-            widened = {k: SPREAD_WIDENING * v for k, v in found["spread", r.rank].items()}
+        spread: ReplaySpread | None = found.get(("spread", r.rank))
+        if spread is not None:
+            widened = {k: SPREAD_WIDENING * v for k, v in spread.band_spread().items()}
             bands = load_bands().bands(r.candidate.context.model_name, r.candidate.context.hardware_sku,
                                        r.candidate.backend, r.metrics, widened)
-            r = replace(r, bands=bands)
+            half = max(spread.score.median - spread.score.min, spread.score.max - spread.score.median)
+            r = replace(r, bands=bands, score_spread=SPREAD_WIDENING * half)
         out.append(r)
+    if not config.goal.is_pareto:
+        ties = near_ties(out)
+        out = [replace(r, tied_with=ties.get(r.rank, ())) for r in out]
     if not checking:
         return out, None
-    return out, ConfidenceCheck(confidence, {rank: v for (kind, rank), v in found.items() if kind == "confidence"})  # type: ignore[arg-type]
+    checked = {rank: v for (kind, rank), v in found.items() if kind == "confidence"}
+    return out, ConfidenceCheck(confidence, {r: v[0] for r, v in checked.items()},
+                                {r: v[1] for r, v in checked.items()}, config.goal.required_attainment)
 
 
-def _spread_or_none(request: EvalRequest) -> Job[dict[str, float]]:
-    """The candidate's band spread; empty when one of its replays is not scored (its band stays as it was)."""
+def _spread_or_none(request: EvalRequest) -> Job[ReplaySpread | None]:
+    """The candidate's replay spread; None when one of its replays is not scored (its band stays as it was)."""
     try:
-        return (yield from spread_job(request, SPREAD_REPEATS)).band_spread()
+        return (yield from spread_job(request, SPREAD_REPEATS))
     except SpicaError:
-        return {}
+        return None
 
 
-def _score(request: EvalRequest) -> Job[float | None]:
-    """One replay's score; None when it is not feasible."""
+def _score(request: EvalRequest) -> Job[tuple[float | None, float | None]]:
+    """One replay's score and SLA attainment; None for both when it is not feasible."""
     (outcome,) = yield [request]
-    return outcome.score if outcome.feasible else None
+    return (outcome.score, attainment(outcome.metrics)) if outcome.feasible else (None, None)
 
 
-__all__ = ["ConfidenceCheck", "confidence_check", "recheck", "sla_moves_score", "with_headroom", "with_spread",
+__all__ = ["ConfidenceCheck", "confidence_check", "recheck", "sla_moves_ranking", "with_headroom", "with_spread",
            "request_of", "CHECK_CONFIDENCE", "CHECK_TOP"]

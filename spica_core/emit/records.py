@@ -54,12 +54,17 @@ class CandidateRecord:
     provenance: Provenance | None = None
     bands: dict[str, Band] = field(default_factory=dict)  # the error band on each predicted latency
     headroom: Headroom | None = None     # emitted candidates under an SLA: how much more traffic they take
+    attainment: float | None = None      # requests that met the SLA ÷ all requests; None without an SLA
+    meets_sla: bool | None = None        # attainment ≥ goal.sla_attainment; None without an SLA
+    score_spread: float | None = None    # emitted KV-router candidates: twice the half-width of the replays' scores
+    tied_with: tuple[int, ...] = ()      # the ranks it is a near-tie with (scores within the replay spread)
 
     @classmethod
     def of(cls, ranked: RankedCandidate, tally: Mapping[str, Any], provenance: Provenance) -> CandidateRecord:
         return cls(ranked.rank, ranked.score, ranked.used_gpus, ranked.candidate, dict(ranked.metrics),
                    dict(ranked.objectives) if ranked.objectives else None, ranked.round, ranked.trial,
-                   dict(tally), provenance, dict(ranked.bands))
+                   dict(tally), provenance, dict(ranked.bands), attainment=ranked.attainment,
+                   meets_sla=ranked.meets_sla)
 
     @property
     def config(self) -> dict[str, Any]:
@@ -68,7 +73,8 @@ class CandidateRecord:
 
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "score": self.score, "used_gpus": self.used_gpus, "config": self.config,
-                "metrics": self.metrics, "bands": bands_to_dict(self.bands),
+                "attainment": self.attainment, "meets_sla": self.meets_sla, "tied_with": list(self.tied_with),
+                "score_spread": self.score_spread, "metrics": self.metrics, "bands": bands_to_dict(self.bands),
                 "headroom": self.headroom.to_dict() if self.headroom else None, "objectives": self.objectives,
                 "round": self.round, "trial": self.trial,
                 "tally": self.tally, "provenance": self.provenance.to_dict() if self.provenance else None}
@@ -81,7 +87,10 @@ class CandidateRecord:
                    dict(data["objectives"]) if data.get("objectives") else None, int(data["round"]),
                    int(data["trial"]), dict(data.get("tally") or {}),
                    Provenance.from_dict(provenance) if provenance else None, bands_from_dict(data.get("bands")),
-                   Headroom.from_dict(data["headroom"]) if data.get("headroom") else None)
+                   Headroom.from_dict(data["headroom"]) if data.get("headroom") else None,
+                   _float_or_none(data.get("attainment")),
+                   None if data.get("meets_sla") is None else bool(data["meets_sla"]),
+                   _float_or_none(data.get("score_spread")), tuple(int(r) for r in data.get("tied_with") or ()))
 
     def to_row(self) -> dict[str, Any]:
         """A ``candidates.parquet`` row: scalars as columns, nested values as canonical JSON."""
@@ -93,11 +102,15 @@ class CandidateRecord:
                 "tally_json": _json(self.tally),
                 "provenance_json": _json(self.provenance.to_dict()) if self.provenance else None,
                 "bands_json": _json(bands_to_dict(self.bands)),
-                "headroom_json": _json(self.headroom.to_dict()) if self.headroom else None}
+                "headroom_json": _json(self.headroom.to_dict()) if self.headroom else None,
+                "attainment": self.attainment, "meets_sla": self.meets_sla, "score_spread": self.score_spread,
+                "tied_with_json": _json(list(self.tied_with))}
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> CandidateRecord:
-        return cls.from_json({**{k: row[k] for k in ("rank", "score", "used_gpus", "round", "trial")},
+        return cls.from_json({**{k: row[k] for k in ("rank", "score", "used_gpus", "round", "trial", "attainment",
+                                                     "meets_sla", "score_spread")},
+                              "tied_with": json.loads(row["tied_with_json"] or "[]"),
                               "config": json.loads(row["config_json"]), "metrics": json.loads(row["metrics_json"]),
                               "objectives": json.loads(row["objectives_json"]) if row["objectives_json"] else None,
                               "tally": json.loads(row["tally_json"]), "bands": json.loads(row["bands_json"] or "{}"),
@@ -107,6 +120,8 @@ class CandidateRecord:
     def flat(self) -> dict[str, Any]:
         """One CSV row (§10.3 b): rank, score, used_gpus, then ``config.*``, ``metrics.*``, ``objectives.*``."""
         out: dict[str, Any] = {"rank": self.rank, "score": self.score, "used_gpus": self.used_gpus,
+                               "attainment": self.attainment, "meets_sla": self.meets_sla,
+                               "tied_with": " ".join(map(str, self.tied_with)), "score_spread": self.score_spread,
                                "round": self.round, "trial": self.trial}
         bands = {f"{metric}.{q}": getattr(band, q) for metric, band in self.bands.items()
                  for q in ("p10", "p50", "p90", "rows", "group", "spread")}
@@ -119,6 +134,10 @@ class CandidateRecord:
             for key, value in values.items():
                 out[f"{prefix}.{key}"] = _json(value) if isinstance(value, (list, dict)) else value
         return out
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _json(value: Any) -> str:

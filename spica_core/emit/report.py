@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spica_core.config.model import SmartSearchConfig
-from spica_core.emit.rechecks import CHECK_CONFIDENCE, ConfidenceCheck, sla_moves_score
+from spica_core.emit.rechecks import CHECK_CONFIDENCE, ConfidenceCheck, sla_moves_ranking
 from spica_core.emit.numbers import fmt
 from spica_core.emit.records import CandidateRecord, Provenance
 from spica_core.evaluate.bands import Band
@@ -82,6 +82,7 @@ OBJECTIVE_LABELS: dict[str, tuple[str, str]] = {       # objective -> (label, un
     "e2e_latency": ("mean E2E latency", "ms"),
     "goodput": ("goodput", "tok/s"),
     "goodput_per_gpu": ("goodput per GPU", "tok/s/GPU"),
+    "min_gpus": ("GPUs (time-averaged)", "GPUs"),
 }
 
 # (label, metric key, unit, higher is better): the winner / runner-up comparison, in this order
@@ -277,20 +278,49 @@ def _goal_section(inputs: ReportInputs, goal: _Goal) -> list[str]:
         lines.append(f"- goal: Pareto front over {', '.join(parts)}")
     else:
         label, unit = _target_label(goal.first)
-        lines.append(f"- goal: {goal.first}: {label} ({unit}, {_direction(goal.first)}); ties go to fewer GPUs")
+        ties = ("ties go to higher goodput per GPU, then fewer GPUs" if goal.first == "min_gpus"
+                else "ties go to fewer GPUs")
+        lines.append(f"- goal: {goal.first}: {label} ({unit}, {_direction(goal.first)}); {ties}")
     sla = config.goal.sla
     if sla is None or not sla.model_dump(exclude_none=True):
         lines.append("- SLA: none")
     else:
         parts = [f"{name} ≤ {fmt(_whole(value), 'ms')}" for name, value in
                  (("TTFT", sla.ttft_ms), ("ITL", sla.itl_ms), ("E2E", sla.e2e_ms)) if value is not None]
-        lines.append(f"- SLA: {', '.join(parts)} (it enters goodput only; it is not a gate)")
+        lines.append(f"- SLA: {', '.join(parts)}")
+        lines.append(_requirement_line(config))
         lines += _confidence_lines(inputs)
     sweep = config.sweep
     lines.append(f"- search: {sweep.policy.value}, {sweep.max_rounds} rounds × {sweep.per_round} per round, "
                  f"seed {sweep.seed}")
     lines.append("")
     return lines
+
+
+def _requirement_line(config: SmartSearchConfig) -> str:
+    """What the SLA asks of a candidate, in a user's words."""
+    goal = config.goal
+    required = goal.required_attainment
+    if required <= 0:
+        return ("- SLA requirement: none (`sla_attainment: 0`): the SLA counts only in goodput, so a candidate "
+                "whose requests mostly miss it can still rank first")
+    where = ("only candidates that meet it are on the front (all of them when none does)" if goal.is_pareto else
+             "a candidate that misses it is still listed, but after every candidate that meets it, and those "
+             "that miss it rank by attainment")
+    return (f"- SLA requirement: at least {percent(required)} of requests (rejected ones included) must meet the SLA "
+            f"at today's traffic (`sla_attainment`; the share that does is the candidate's attainment); {where}")
+
+
+def percent(share: float) -> str:
+    """``90 %``, ``80.5 %``: a share of requests."""
+    return f"{share * 100:.3g} %"
+
+
+def attainment_text(share: float | None, meets: bool | None) -> str:
+    """``0.93 (meets)``, ``0.81 (misses)``: the SLA attainment and the requirement's verdict; ``—`` without an SLA."""
+    if share is None:
+        return "—"
+    return f"{share:.2f} ({'meets' if meets else 'misses'})"
 
 
 def _confidence_lines(inputs: ReportInputs) -> list[str]:
@@ -301,14 +331,22 @@ def _confidence_lines(inputs: ReportInputs) -> list[str]:
              "predicted on measured GPUs (the candidate's error band), meets it")]
     check = inputs.confidence
     if check is None:
-        if not sla_moves_score(inputs.config):
-            lines.append("- the SLA does not enter this goal's score, so no confidence changes the ranking")
+        if not sla_moves_ranking(inputs.config):
+            lines.append("- the SLA does not enter this goal's ranking, so no confidence changes it")
         elif conf != CHECK_CONFIDENCE:
             lines.append(f"- at confidence {CHECK_CONFIDENCE:g}: not replayed (`spica emit` replays nothing)")
         return lines
     order = check.reranked()
-    shown = ", ".join(f"rank {r} ({fmt(check.scores[r])})" if check.scores[r] is not None else f"rank {r} (failed)"
-                      for r in order)
+
+    def shown_one(r: int) -> str:
+        if check.scores[r] is None:
+            return f"rank {r} (failed)"
+        share = check.attainments.get(r)
+        missing = ", misses the SLA requirement" if check.misses(r) else ""
+        return (f"rank {r} ({fmt(check.scores[r])}" + (f", attainment {share:.2f}" if share is not None else "")
+                + f"{missing})")
+
+    shown = ", ".join(shown_one(r) for r in order)
     same = order == sorted(check.scores)
     lines.append(f"- at confidence {check.confidence:g} the top {len(order)} would rank: {shown}"
                  + (" — the same order" if same else " — a different order"))
@@ -409,7 +447,7 @@ def _headroom_lines(inputs: ReportInputs, plots: Mapping[str, str]) -> list[str]
     if not measured:
         return [*lines, "Not measured for these candidates (`spica emit` replays nothing).", ""]
     lines.append(f"The largest traffic scale (up to {fmt(goal.headroom_max)}×) at which at least "
-                 f"{fmt(goal.headroom_attainment * 100)} % of requests meet the SLA, found by bisection to 5 %:")
+                 f"{percent(goal.headroom_share)} of requests meet the SLA, found by bisection to 5 %:")
     lines.append("")
     for r in measured:
         assert r.headroom is not None
@@ -437,8 +475,10 @@ def _candidates_table(inputs: ReportInputs, goal: _Goal) -> list[str]:
     robust = scale > 1 and not goal.pareto
     if robust:
         value_cols = [f"{value_cols[0]}, robust: the worse of 1× and {fmt(scale)}× traffic", "at today's traffic"]
+    sla = inputs.config.goal.sla is not None
     header = ["rank", "mode", "backend", "parallel", "strategy", "GPUs", "precision / batching / router / planner",
-              *value_cols, "throughput", "TTFT mean (band)", "ITL mean (band)", "manifest"]
+              *value_cols, *(["SLA attainment"] if sla else []), "throughput", "TTFT mean (band)", "ITL mean (band)",
+              "manifest"]
     rows = []
     for r in inputs.records[:TABLE_ROWS]:
         m = derived_metrics(r.metrics)
@@ -453,11 +493,14 @@ def _candidates_table(inputs: ReportInputs, goal: _Goal) -> list[str]:
         itl = m.get("mean_itl_ms", m.get("mean_tpot_ms"))
         link = inputs.manifests.get(r.rank)
         manifest = f"[{link}]({link})" if link else ("emitted" if r.rank in emitted else "")
-        rows.append([r.rank, c.mode, c.backend, c.parallel.label(), config_strategy(c.parallel), r.used_gpus,
-                     c.knobs_label(), *values, fmt(m.get("output_throughput_tok_s"), "tok/s"),
+        rows.append([rank_label(r), c.mode, c.backend, c.parallel.label(), config_strategy(c.parallel), r.used_gpus,
+                     c.knobs_label(), *values, *([attainment_text(r.attainment, r.meets_sla)] if sla else []),
+                     fmt(m.get("output_throughput_tok_s"), "tok/s"),
                      _with_band(m.get("mean_ttft_ms"), r.bands.get("ttft_ms")),
                      _with_band(itl, r.bands.get("itl_ms")), manifest])
     lines = _table(header, rows)
+    lines += _requirement_notes(inputs, goal)
+    lines += _tie_notes(inputs.records)
     if any(r.candidate.router.is_kv for r in inputs.records[:TABLE_ROWS]):
         lines += ["", "KV-router replays are not exactly reproducible: ai-dynamo-runtime breaks routing ties with an "
                       "unseeded generator, so the same candidate scores about 0.1–0.5 % apart from run to run and a "
@@ -470,6 +513,40 @@ def _candidates_table(inputs: ReportInputs, goal: _Goal) -> list[str]:
 
 
 TABLE_ROWS = 20  # the results table's length; candidates.csv has every candidate
+
+
+def rank_label(record: CandidateRecord) -> str:
+    """``2`` or, in a near-tie, ``=2``: the order within a tie is not a result."""
+    return f"={record.rank}" if record.tied_with else str(record.rank)
+
+
+def _requirement_notes(inputs: ReportInputs, goal: _Goal) -> list[str]:
+    """Every candidate that misses the SLA requirement, by name, or that none meets it."""
+    required = inputs.config.goal.required_attainment
+    missing = [r for r in inputs.records if r.meets_sla is False]
+    if not missing or required <= 0:
+        return []
+    need = percent(required)
+    if len(missing) == len(inputs.records):
+        what = ("the front is drawn over all of them" if goal.pareto
+                else "they are ranked by attainment, highest first")
+        return ["", f"**No candidate meets the SLA requirement** ({need} of requests within the SLA); {what}. "
+                    "Deploying any of them, expect more requests to miss the SLA than required: raise the GPU "
+                    "budget, relax the SLA, or lower the traffic."]
+    named = "; ".join(f"rank {r.rank} ({_describe(r)}): {percent(r.attainment or 0.0)}" for r in missing)
+    return ["", f"Missing the SLA requirement ({need} of requests within the SLA), so ranked after every candidate "
+                f"that meets it: {named}."]
+
+
+def _tie_notes(records: Sequence[CandidateRecord]) -> list[str]:
+    """Near-ties: neighbours whose scores differ by less than their replays' run-to-run spread."""
+    groups = sorted({tuple(sorted((r.rank, *r.tied_with))) for r in records if r.tied_with})
+    if not groups:
+        return []
+    named = "; ".join("ranks " + ", ".join(map(str, g)) for g in groups)
+    return ["", f"Near-ties (`=` in the rank column): {named}. Their scores differ by less than their replays' "
+                "run-to-run spread (`score_spread` in candidates.json), so their order is not a result: "
+                "choose among them on the other columns."]
 
 
 def _p10_p90(band: Band) -> str:
@@ -528,6 +605,16 @@ def _why(goal: _Goal, winner: CandidateRecord, runner: CandidateRecord, budget: 
                 f"{', '.join(better) or 'nothing'} and worse on {', '.join(worse) or 'nothing'}."]
     label, unit = _target_label(goal.first)
     wv, rv = goal.raw(winner.score), goal.raw(runner.score)
+    if winner.meets_sla and runner.meets_sla is False:
+        return [f"The runner-up misses the SLA requirement ({percent(runner.attainment or 0.0)} of its requests meet "
+                f"the SLA); the winner meets it ({percent(winner.attainment or 0.0)}), with {label} {fmt(wv, unit)} vs "
+                f"{fmt(rv, unit)}."]
+    if winner.meets_sla is False:
+        return [f"No candidate meets the SLA requirement; the winner comes closest ({percent(winner.attainment or 0.0)}"
+                f" of its requests meet the SLA, the runner-up's {percent(runner.attainment or 0.0)})."]
+    if winner.tied_with and runner.rank in winner.tied_with:
+        return [f"A near-tie with the runner-up: {label} {fmt(wv, unit)} vs {fmt(rv, unit)} is within their replays' "
+                "run-to-run spread, so either may come first on a re-run."]
     if winner.score == runner.score:
         return [f"Tied on {label} ({fmt(wv, unit)}); the winner uses fewer GPUs "
                 f"({fmt(winner.used_gpus)} vs {fmt(runner.used_gpus)}), which breaks the tie."]
@@ -844,7 +931,7 @@ def plot_headroom(inputs: ReportInputs) -> bytes | None:
         assert r.headroom is not None
         xs, ys = zip(*r.headroom.points)
         ax.plot(xs, ys, "o-", ms=3, lw=1.2, label=f"rank {r.rank}: {r.candidate.parallel.label()}")
-    ax.axhline(inputs.config.goal.headroom_attainment, color="grey", lw=0.8, ls="--")
+    ax.axhline(inputs.config.goal.headroom_share, color="grey", lw=0.8, ls="--")
     ax.axvline(1.0, color="grey", lw=0.8, ls=":")
     ax.set_xscale("log")
     ax.set_xlabel("traffic scale (× today's)")
@@ -947,4 +1034,4 @@ def write_report(folder: Path, inputs: ReportInputs) -> ReportFiles:
 
 
 __all__ = ["ReportFiles", "ReportInputs", "render_html", "render_markdown", "write_report", "fmt",
-           "derived_metrics", "gives_up", "band_range", "trace_profile", "progress_series", "backend_groups", "PLOT_NAMES"]
+           "derived_metrics", "gives_up", "band_range", "attainment_text", "percent", "rank_label", "trace_profile", "progress_series", "backend_groups", "PLOT_NAMES"]

@@ -17,14 +17,14 @@ _FROM: dict[str, str] = {
     **dict.fromkeys(("sigint_blocked", "start_child"), "children"),
     **dict.fromkeys(("EvalRequest", "evaluate_one", "Outcome", "Status"), "evaluator"),
     **dict.fromkeys(("make_evaluator",), "evaluators"),
-    **dict.fromkeys(("find_headroom", "headroom_job", "Headroom", "metrics_attainment"), "headroom"),
+    **dict.fromkeys(("find_headroom", "headroom_job", "Headroom"), "headroom"),
     **dict.fromkeys(("Job", "run_job", "run_jobs"), "jobs"),
     **dict.fromkeys(("abandon_all", "EvalPool", "SequentialEvaluator"), "pool"),
-    **dict.fromkeys(("replay_is_exact", "replay_spread", "spread_job"), "repeats"),
+    **dict.fromkeys(("ReplaySpread", "replay_is_exact", "replay_spread", "spread_job"), "repeats"),
     **dict.fromkeys(("load_serving",), "serving"),
     **dict.fromkeys((
-        "avg_gpu", "candidate_metrics", "headline", "is_feasible", "metric_value", "minimised",
-        "objective_vector", "raw_value", "score_report", "signed", "sla_kwargs",
+        "attainment", "avg_gpu", "candidate_metrics", "headline", "is_feasible", "meets_sla", "metric_value",
+        "minimised", "objective_vector", "raw_value", "score_report", "search_value", "signed", "sla_kwargs",
     ), "scoring"),
     **dict.fromkeys(("Evaluator", "POLL_S"), "workers"),
 }
@@ -39,23 +39,23 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from spica_core.evaluate.cluster import ClusterEvaluator
     from spica_core.evaluate.evaluator import EvalRequest, evaluate_one, Outcome, Status
     from spica_core.evaluate.evaluators import make_evaluator
-    from spica_core.evaluate.headroom import find_headroom, headroom_job, Headroom, metrics_attainment
+    from spica_core.evaluate.headroom import find_headroom, headroom_job, Headroom
     from spica_core.evaluate.jobs import Job, run_job, run_jobs
     from spica_core.evaluate.pool import abandon_all, EvalPool, SequentialEvaluator
-    from spica_core.evaluate.repeats import replay_is_exact, replay_spread, spread_job
+    from spica_core.evaluate.repeats import ReplaySpread, replay_is_exact, replay_spread, spread_job
     from spica_core.evaluate.serving import load_serving
     from spica_core.evaluate.scoring import (
-        avg_gpu, candidate_metrics, headline, is_feasible, metric_value, minimised, objective_vector,
-        raw_value, score_report, signed, sla_kwargs
+        attainment, avg_gpu, candidate_metrics, headline, is_feasible, meets_sla, metric_value, minimised,
+        objective_vector, raw_value, score_report, search_value, signed, sla_kwargs
     )
     from spica_core.evaluate.workers import Evaluator, POLL_S
 
 __all__ = [
-    "abandon_all", "avg_gpu", "Band", "bands_from_dict", "bands_to_dict", "candidate_metrics",
+    "abandon_all", "attainment", "avg_gpu", "Band", "bands_from_dict", "bands_to_dict", "candidate_metrics",
     "ClusterEvaluator", "sigint_blocked", "start_child", "EvalPool", "EvalRequest", "evaluate_one", "Evaluator",
     "find_headroom", "headline", "headroom_job", "Headroom", "is_feasible", "Job", "load_bands", "load_serving",
     "make_evaluator",
-    "metric_value", "metrics_attainment", "minimised", "objective_vector", "Outcome", "POLL_S", "raw_value",
-    "replay_is_exact", "replay_spread", "run_job", "run_jobs", "score_report", "SequentialEvaluator", "signed",
+    "meets_sla", "metric_value", "minimised", "objective_vector", "Outcome", "POLL_S", "raw_value",
+    "ReplaySpread", "replay_is_exact", "replay_spread", "run_job", "run_jobs", "score_report", "search_value", "SequentialEvaluator", "signed",
     "sla_kwargs", "spread_job", "Status",
 ]

@@ -1,8 +1,9 @@
 """Headroom: how much more traffic a candidate takes before its SLA breaks.
 
 The headroom of a candidate is the largest traffic scale s ≤ ``goal.headroom_max`` at which at least
-``goal.headroom_attainment`` of the requests meet the SLA (attainment = requests that met it ÷ all
-requests, rejected ones included). The scale multiplies the arrival rate on top of the workload's
+``goal.headroom_share`` of the requests meet the SLA (attainment = requests that met it ÷ all
+requests, rejected ones included): by default the SLA requirement ``goal.sla_attainment``, so a
+candidate that meets it has a headroom of at least 1. The scale multiplies the arrival rate on top of the workload's
 own ``arrival_speedup_ratio`` (an open-loop trace), the request rate (open-loop synthetic), or the
 number in flight (closed loop: ``concurrency``, ``replay_concurrency``, a ``kv_load_ratio``).
 
@@ -15,12 +16,13 @@ holds and at 1.1 × it does not (unless the scale is the cap), as far as attainm
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from spica_core.evaluate.evaluator import EvalRequest, Outcome, evaluate_one
 from spica_core.evaluate.jobs import Job, run_job
+from spica_core.evaluate.scoring import attainment as report_attainment
 
 TOLERANCE = 1.05   # the bracket's ratio when the search stops
 FLOOR = 1 / 16     # the smallest scale searched for a candidate that misses at today's traffic
@@ -56,15 +58,7 @@ class Headroom:
 
 def attainment(outcome: Outcome) -> float:
     """Requests that met the SLA ÷ all requests (0 for a candidate that failed at this traffic)."""
-    return metrics_attainment(outcome.report) if outcome.feasible else 0.0
-
-
-def metrics_attainment(metrics: Mapping[str, Any]) -> float | None:
-    """Attainment from a report or a trial's metrics; None when they do not hold the counts."""
-    total, good = metrics.get("num_requests"), metrics.get("goodput_completed_requests")
-    if total is None or good is None:
-        return None
-    return float(good) / float(total) if float(total) > 0 else 0.0
+    return (report_attainment(outcome.report) or 0.0) if outcome.feasible else 0.0
 
 
 def find_headroom(req: EvalRequest, today: float | None = None, *,
@@ -83,7 +77,7 @@ def headroom_job(req: EvalRequest, today: float | None = None) -> Job[Headroom |
     if goal.sla is None:
         return None
     req = replace(req, goal=goal.model_copy(update={"robust_scale": 1.0}))  # one replay per scale
-    target, cap = goal.headroom_attainment, float(goal.headroom_max)
+    target, cap = goal.headroom_share, float(goal.headroom_max)
     points: dict[float, float] = {}
 
     def holds(scale: float) -> Generator[list[EvalRequest], Sequence[Outcome], bool]:
@@ -116,5 +110,4 @@ def headroom_job(req: EvalRequest, today: float | None = None) -> Job[Headroom |
     return result(lo)
 
 
-__all__ = ["Headroom", "find_headroom", "headroom_job", "attainment", "metrics_attainment",
-           "TOLERANCE", "FLOOR"]
+__all__ = ["Headroom", "find_headroom", "headroom_job", "attainment", "TOLERANCE", "FLOOR"]

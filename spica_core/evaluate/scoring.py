@@ -1,8 +1,10 @@
 """Goals and scores (reference §4): report → metric → signed score, the budget gate, the headline.
 
 Pure functions of a replay report (the flat summary dict) and the goal. Higher score is always
-better (e2e latency is negated), so one sort serves every scalar target. The SLA lives inside the
-goodput metric only; it is never a separate gate.
+better (minimised targets are negated), so one sort serves every scalar target. The SLA enters
+goodput, and ``goal.sla_attainment`` makes it a requirement: a candidate whose attainment (requests
+that met the SLA ÷ all requests) is below it is still feasible, but ranks after every one that meets
+it (``spica_core.search.ranking``). Only the GPU budget is a gate.
 """
 from __future__ import annotations
 
@@ -57,6 +59,9 @@ def metric_value(target: OptimizationTarget | str, report: Mapping[str, Any]) ->
     if t is OptimizationTarget.goodput_per_gpu:
         g = avg_gpu(report)
         return _num(report, "goodput_output_throughput_tok_s") / g if g > 0 else 0.0
+    if t is OptimizationTarget.min_gpus:
+        g = avg_gpu(report)   # time-averaged under a planner
+        return g if g > 0 else math.inf
     raise ValueError("pareto is not a single metric; use objective_vector")
 
 
@@ -99,8 +104,41 @@ def score_report(goal: OptimizationGoal, report: Mapping[str, Any]) -> float:
 
 
 def is_feasible(used_gpus: int, gpu_budget: int) -> bool:
-    """§4.3 the only gate: the GPU budget. The SLA is inside goodput, never a gate."""
+    """§4.3 the only gate: the GPU budget. A candidate that misses the SLA is feasible (it ranks lower)."""
     return int(used_gpus) <= int(gpu_budget)
+
+
+def attainment(metrics: Mapping[str, Any]) -> float | None:
+    """Requests that met the SLA ÷ all requests, rejected ones included, from a report or a candidate's
+    metrics; None when they do not hold the counts (no SLA was replayed)."""
+    total, good = metrics.get("num_requests"), metrics.get("goodput_completed_requests")
+    if total is None or good is None:
+        return None
+    return float(good) / float(total) if float(total) > 0 else 0.0
+
+
+def meets_sla(goal: OptimizationGoal, metrics: Mapping[str, Any]) -> bool | None:
+    """Whether the attainment reaches ``goal.sla_attainment``; None without an SLA (nothing to meet)."""
+    if goal.sla is None:
+        return None
+    share = attainment(metrics)
+    return share is not None and share >= goal.required_attainment
+
+
+def search_value(goal: OptimizationGoal, score: float, metrics: Mapping[str, Any], gpu_budget: int) -> float:
+    """What a scalar study observes: the score, moved below every candidate that meets the SLA requirement
+    when this one misses it, and higher the closer its attainment is, so the search heads where the ranking
+    does. Exact for non-negative maximised targets and for min_gpus (whose GPUs are at most the budget);
+    for e2e latency a miss looks up to twice as slow."""
+    if meets_sla(goal, metrics) is not False:
+        return score
+    short = (goal.required_attainment - (attainment(metrics) or 0.0)) / goal.required_attainment   # (0, 1]
+    target = goal.objectives[0]
+    if target is OptimizationTarget.min_gpus:
+        return -float(gpu_budget) - 1.0 - short
+    if target is OptimizationTarget.e2e_latency:
+        return score * (1.0 + short)
+    return -short
 
 
 def sla_kwargs(goal: OptimizationGoal, factors: Mapping[str, float] | None = None) -> dict[str, float]:
@@ -143,4 +181,5 @@ HEADLINE_KEYS = ("output_throughput_tok_s", "request_throughput_rps", "mean_outp
 
 
 __all__ = ["avg_gpu", "metric_value", "signed", "objective_vector", "score_report", "is_feasible", "sla_kwargs",
-           "check_goodput_contract", "candidate_metrics", "headline", "METRIC_KEYS", "minimised", "raw_value"]
+           "check_goodput_contract", "candidate_metrics", "headline", "METRIC_KEYS", "minimised", "raw_value",
+           "attainment", "meets_sla", "search_value"]

@@ -109,7 +109,7 @@ RANKING_SCHEMA: Final = pa.schema([
     ("rank", pa.int64()), ("mode", pa.string()), ("backend", pa.string()), ("parallel", pa.string()),
     ("used_gpus", pa.int64()), ("score", pa.float64()), ("objectives_json", pa.string()),
     ("metrics_json", pa.string()), ("sample_json", pa.string()), ("round", pa.int64()), ("trial", pa.int64()),
-    ("bands_json", pa.string()),
+    ("bands_json", pa.string()), ("attainment", pa.float64()), ("meets_sla", pa.bool_()),
 ])
 
 CANDIDATES_SCHEMA: Final = pa.schema([
@@ -117,7 +117,8 @@ CANDIDATES_SCHEMA: Final = pa.schema([
     ("backend", pa.string()), ("parallel", pa.string()), ("round", pa.int64()), ("trial", pa.int64()),
     ("config_json", pa.string()), ("metrics_json", pa.string()), ("objectives_json", pa.string()),
     ("tally_json", pa.string()), ("provenance_json", pa.string()), ("bands_json", pa.string()),
-    ("headroom_json", pa.string()),
+    ("headroom_json", pa.string()), ("attainment", pa.float64()), ("meets_sla", pa.bool_()),
+    ("score_spread", pa.float64()), ("tied_with_json", pa.string()),
 ])
 
 # Input names: "config" = the normalised config's fingerprint, "search_config" = the normalised config

@@ -16,7 +16,8 @@ _FROM: dict[str, str] = {
     **dict.fromkeys(("OptimizerProcess", "RemoteStudy", "optimizer_for", "optimizer_process",
                      "traces_ahead"), "optimizer"),
     **dict.fromkeys(("SweepProgress",), "progress"),
-    **dict.fromkeys(("RankedCandidate", "Scored", "dominates", "pareto_front", "rank", "rank_trials"), "ranking"),
+    **dict.fromkeys(("RankedCandidate", "Scored", "Tieable", "dominates", "near_ties", "pareto_front", "rank",
+                     "rank_trials"), "ranking"),
     **dict.fromkeys(("Batch", "BranchResult", "BranchSearch", "SearchContext", "cache_key", "finite_or_infeasible",
                      "round_plan", "search_branch", "search_branches", "study_metrics"), "rounds"),
     **dict.fromkeys(("Study", "TrialRecord", "derive_seed"), "study"),
@@ -38,7 +39,9 @@ if TYPE_CHECKING:  # what type checkers and editors see
         OptimizerProcess, RemoteStudy, optimizer_for, optimizer_process, traces_ahead,
     )
     from spica_core.search.progress import SweepProgress
-    from spica_core.search.ranking import RankedCandidate, Scored, dominates, pareto_front, rank, rank_trials
+    from spica_core.search.ranking import (
+        RankedCandidate, Scored, Tieable, dominates, near_ties, pareto_front, rank, rank_trials,
+    )
     from spica_core.search.rounds import (
         Batch, BranchResult, BranchSearch, SearchContext, cache_key, finite_or_infeasible, round_plan, search_branch,
         search_branches, study_metrics,
@@ -55,9 +58,10 @@ if TYPE_CHECKING:  # what type checkers and editors see
 __all__ = [
     "ATTEMPT_CAP_FACTOR", "Batch", "BranchResult", "BranchSearch", "CandidateSpace", "Costs", "EvalCache",
     "FLOAT_LEVELS", "OptimizerProcess", "Proposal", "RankedCandidate", "RemoteStudy", "Scored",
-    "SearchContext", "Study", "Suggester", "SweepProgress", "SweepSummary", "Tally", "ThoroughSuggester", "Trial",
+    "SearchContext", "Study", "Suggester", "SweepProgress", "SweepSummary", "Tally", "ThoroughSuggester", "Tieable",
+    "Trial",
     "TrialRecord", "VizierSuggester", "WARM_TOP", "WarmStart", "cache_key", "derive_seed", "dominates",
-    "finite_or_infeasible", "latest_run", "load_warm_start", "optimizer_for", "optimizer_process", "pareto_front",
+    "finite_or_infeasible", "latest_run", "load_warm_start", "near_ties", "optimizer_for", "optimizer_process", "pareto_front",
     "rank", "rank_trials", "reason_class", "round_plan", "search_branch", "search_branches", "study_metrics",
     "thorough_proposals", "thorough_size", "traces_ahead",
 ]

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 from spica_core.config.model import SmartSearchConfig, SweepPolicy
 from spica_core.deployment import Candidate
 from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status
+from spica_core.evaluate.scoring import search_value
 from spica_core.evaluate.workers import POLL_S, Evaluator
 from spica_core.store import fingerprint
 from spica_core.search.costs import BATCH_ROUNDS, Costs
@@ -112,10 +113,13 @@ def cache_key(context_key: str, selection: Mapping[str, Any], config: ParallelCo
 
 
 def study_metrics(context: SearchContext, outcome: Outcome) -> dict[str, float]:
-    """What the study observes: the signed score, or the raw value per Pareto objective."""
-    if context.config.goal.is_pareto:
+    """What the study observes: the signed score (below every candidate that meets the SLA requirement when
+    this one misses it, ``scoring.search_value``), or the raw value per Pareto objective."""
+    goal = context.config.goal
+    if goal.is_pareto:
         return {k: float(v) for k, v in (outcome.objectives or {}).items()}
-    return {SCALAR_METRIC: float(outcome.score)}  # type: ignore[arg-type]
+    return {SCALAR_METRIC: search_value(goal, float(outcome.score), outcome.metrics,  # type: ignore[arg-type]
+                                        outcome.candidate.context.gpu_budget)}
 
 
 def finite_or_infeasible(context: SearchContext, outcome: Outcome) -> Outcome:

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from spica_core.search.ranking import RankedCandidate
 from spica_core.search.trials import Tally
+
+if TYPE_CHECKING:
+    from spica_core.emit.records import CandidateRecord
 
 
 @dataclass(frozen=True)
@@ -14,7 +16,7 @@ class SweepSummary:
     run_id: str
     pareto: bool
     objectives: tuple[str, ...]
-    ranking: tuple[RankedCandidate, ...]
+    ranking: tuple[CandidateRecord, ...]            # the emitted records: ranked (or the front), with ties
     tally: Tally
     stalls: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
@@ -23,6 +25,7 @@ class SweepSummary:
     report: str | None = None                       # report.md, once the emit stage wrote it
     manifests: tuple[str, ...] = ()                 # one DynamoGraphDeployment file per emitted candidate
     refused: dict[int, str] = field(default_factory=dict)  # rank -> why no manifest could express it
+    required_attainment: float = 0.0                # goal.sla_attainment (0: the SLA is not a requirement)
 
 
 __all__ = ["SweepSummary"]
