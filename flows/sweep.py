@@ -74,7 +74,8 @@ def _search_and_rank(run: ValidatedRun, show_progress: bool) -> SweepSummary:
         _, target = round_plan(branch_set.branches, config)
         if len(done) < target:
             evaluator.spawn()  # the workers warm up while the flow reads back its stages and asks first
-        progress = SweepProgress(target, config.goal.is_pareto, enabled=show_progress)
+        progress = SweepProgress(target, config.goal.is_pareto, enabled=show_progress,
+                                 required_attainment=config.goal.required_attainment)
         ui = UIProgress(run.identity.run_id, config, target)
         for trial in done:
             progress.count(trial)

@@ -112,7 +112,8 @@ class UIProgress:
     def count(self, trial: Trial) -> None:
         if trial.is_evaluated_success:
             self.done += 1
-            if trial.score is not None and math.isfinite(trial.score):
+            meets = meets_sla(self.config.goal, trial.metrics) is not False   # the best that holds the SLA
+            if trial.score is not None and math.isfinite(trial.score) and meets:
                 self.best = trial.score if self.best is None else max(self.best, trial.score)
 
     def __call__(self, trial: Trial) -> None:
@@ -138,7 +139,8 @@ def publish_branch(run_id: str, config: SmartSearchConfig, mode: str, trials: Se
     if not in_flow_run() or not trials:
         return
     tally = Tally.of(all_trials)
-    scored = [t.score for t in all_trials if t.is_evaluated_success and t.score is not None and t.mode == mode]
+    scored = [t.score for t in all_trials if t.is_evaluated_success and t.score is not None and t.mode == mode
+              and meets_sla(config.goal, t.metrics) is not False]
     best = _score_text(config, max(scored)) if scored else "—"
     reasons = "; ".join(f"{n} × {r}" for r, n in tally.top_reasons()) or "none"
     rounds = len({t.round for t in trials})

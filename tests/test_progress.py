@@ -20,8 +20,9 @@ class Tty(io.StringIO):
         return True
 
 
-def trial(score: float | None = 1.0, ok: bool = True) -> SimpleNamespace:
-    return SimpleNamespace(is_evaluated_success=ok, score=score)
+def trial(score: float | None = 1.0, ok: bool = True, met: int | None = None) -> SimpleNamespace:
+    metrics = {} if met is None else {"num_requests": 100, "goodput_completed_requests": met}
+    return SimpleNamespace(is_evaluated_success=ok, score=score, metrics=metrics)
 
 
 def lines(stream: io.StringIO) -> list[str]:
@@ -116,3 +117,11 @@ def test_the_bar_does_not_go_through_print(monkeypatch, capsys) -> None:  # type
     p(trial())
     p.draw(final=True)
     assert len(capsys.readouterr().err.splitlines()) == 2
+
+
+def test_the_best_score_counts_only_candidates_that_meet_the_sla_requirement() -> None:
+    clock, out = Clock(), io.StringIO()
+    p = SweepProgress(3, pareto=False, required_attainment=0.9, clock=clock, stream=out)
+    p.count(trial(score=500.0, met=85))      # the highest score misses the requirement
+    p.count(trial(score=300.0, met=95))
+    assert p.best == 300.0 and "best score meeting the SLA 300" in p.line()

@@ -217,3 +217,40 @@ def test_an_exhaustive_sweep_ranks_first_a_candidate_that_meets_and_sla_attainme
     fewest = sweep_candidates(tmp_path, "min_gpus", {"target": "min_gpus", "sla": SLA})
     assert fewest[0]["used_gpus"] == min(c["used_gpus"] for c in fewest if share(c) >= 0.9)
     assert fewest[0]["meets_sla"] is True and share(fewest[0]) >= 0.9
+
+
+def test_near_ties_and_misses_show_in_the_cli_table_and_the_report() -> None:
+    from dataclasses import replace
+
+    from spica_cli.sweep import candidate_table
+    from spica_core.emit.report import render_markdown
+    from tests.test_report import scalar_inputs, section
+
+    inputs = scalar_inputs()
+    records = [replace(r, tied_with=(2,) if r.rank == 1 else (1,) if r.rank == 2 else ()) for r in inputs.records]
+    table = candidate_table(records, False, ["goodput"], 0.9)
+    rows = [line.split()[:3] for line in table[2:5]]
+    assert rows == [["=1", "1,800", "0.95"], ["=2", "1,500", "0.95"], ["3", "900.0", "0.80"]]
+    assert "2 of 3 candidate(s) meet the SLA requirement (90 % of requests within the SLA)" in "\n".join(table)
+    assert any(line.startswith("=N: a near-tie") for line in table)
+    results = section(render_markdown(replace(inputs, records=records), {}), "Results")
+    assert "| =1 | disagg |" in results and "| =2 | agg |" in results and "| 3 | agg |" in results
+    assert "Near-ties (`=` in the rank column): ranks 1, 2." in results
+    winner = section(render_markdown(replace(inputs, records=records), {}), "The winner and why")
+    assert "A near-tie with the runner-up" in winner
+
+
+def test_a_front_where_none_meets_says_so() -> None:
+    from dataclasses import replace
+
+    from spica_cli.sweep import candidate_table
+    from spica_core.emit.report import render_markdown
+    from tests.test_report import scalar_inputs, section
+
+    inputs = scalar_inputs()
+    missing = [replace(r, meets_sla=False, attainment=0.5, objectives={"goodput": r.score}) for r in inputs.records]
+    table = "\n".join(candidate_table(missing, True, ["goodput"], 0.9))
+    assert "no candidate meets the SLA requirement (90 % of requests within the SLA): the front is over all" in table
+    text = render_markdown(replace(inputs, records=missing, pareto=True), {})
+    assert "**No candidate meets the SLA requirement** (90 % of requests within the SLA); the front is drawn over all" \
+        in section(text, "Results")

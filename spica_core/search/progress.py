@@ -13,6 +13,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Callable, TextIO
 
+from spica_core.evaluate.scoring import attainment
+
 if TYPE_CHECKING:
     from spica_core.search import Trial
 
@@ -27,10 +29,11 @@ class SweepProgress:
     ``clock`` (seconds, monotonic) and ``stream`` (default: ``sys.stderr`` at each draw) are for tests.
     """
 
-    def __init__(self, target: int, pareto: bool, enabled: bool = True, *,
+    def __init__(self, target: int, pareto: bool, enabled: bool = True, *, required_attainment: float = 0.0,
                  clock: Callable[[], float] = time.monotonic, stream: TextIO | None = None):
         self.target = max(1, target)
         self.pareto = pareto
+        self.required = required_attainment   # the best score counts only candidates that meet the SLA requirement
         self.enabled = enabled
         self.done = 0
         self.attempts = 0
@@ -53,7 +56,8 @@ class SweepProgress:
         self.attempts += 1
         if trial.is_evaluated_success:
             self.done += 1
-            if trial.score is not None and math.isfinite(trial.score):
+            meets = self.required <= 0 or (attainment(trial.metrics) or 0.0) >= self.required
+            if trial.score is not None and math.isfinite(trial.score) and meets:
                 self.best = trial.score if self.best is None else max(self.best, trial.score)
 
     def draw(self, final: bool = False) -> None:
@@ -85,6 +89,8 @@ class SweepProgress:
         bar = "#" * int(frac * 30)
         best = "-" if self.best is None else f"{self.best:,.4g}"
         label = "first objective" if self.pareto else "score"
+        if self.required > 0:
+            label += " meeting the SLA"
         return (f"[{bar:<30}] {self.done}/{self.target} evaluations ({self.attempts} attempts), "
                 f"best {label} {best}, {now - self.start:,.0f}s")
 
