@@ -22,13 +22,13 @@ EXAMPLE_SUMMARIES: dict[str, dict[str, str]] = {
     "quickstart.yaml": {
         "branches": "agg, disagg (one Vizier study each); backends vllm",
         "workload": "synthetic isl 4000 / osl 500, concurrency 32 (closed loop)",
-        "goal": "goodput_per_gpu, SLA ttft_ms=2000.0, itl_ms=40.0 (planner target 'sla')",
+        "goal": "goodput_per_gpu, SLA ttft_ms=2000.0, itl_ms=40.0 held by at least 90 % of requests (planner target 'sla')",
     },
     "deepseek_v3_trace.yaml": {
         "branches": "disagg, agg (one Vizier study each); backends vllm",
         "pinned context": "model_name=deepseek-ai/DeepSeek-V3, hardware_sku=h200_sxm, gpu_budget=32",
         "workload": "mooncake trace traces/sine_prefix.jsonl (open loop",
-        "goal": "goodput_per_gpu, SLA ttft_ms=2000.0, itl_ms=30.0 (planner target 'sla')",
+        "goal": "goodput_per_gpu, SLA ttft_ms=2000.0, itl_ms=30.0 held by at least 90 % of requests (planner target 'sla')",
     },
     "mooncake_qwen3_32b.yaml": {
         "workload": "mooncake trace traces/mooncake_synthetic_trace.jsonl (open loop",

@@ -71,7 +71,10 @@ def describe(config: SmartSearchConfig, trace: TraceSummary | None = None) -> st
     objectives = ", ".join(o.value for o in g.objectives)
     sla = ", ".join(f"{k}={v}" for k, v in (g.sla.model_dump(exclude_none=True).items() if g.sla else []))
     lines.append(f"goal            : {g.target.value}" + (f" [{objectives}]" if g.is_pareto else "")
-                 + (f", SLA {sla}" if sla else "") + f" (planner target '{planner_target(g)}')")
+                 + (f", SLA {sla} " + (f"held by at least {g.required_attainment * 100:.3g} % of requests"
+                                          if g.required_attainment > 0 else "in goodput only (sla_attainment 0)")
+                    if sla else "")
+                 + f" (planner target '{planner_target(g)}')")
     if policies.dropped:
         lines.append(f"dropped policies: {policies.dropped} — {policies.reason}")
     lines.append(f"sweep           : policy {sw.policy.value}, {sw.max_rounds} rounds × {sw.per_round} per round, "
