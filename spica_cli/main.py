@@ -170,6 +170,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush does not hit the closed pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is not a file descriptor (e.g. captured): nothing will be flushed
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     _quiet_environment()
     args = build_parser().parse_args(argv)
@@ -182,11 +192,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_NO_RESULT
     except SpicaError as exc:
         return _fail(str(exc))
+    except BrokenPipeError:  # output piped into e.g. `head`: the reader has what it wanted (before OSError, its base)
+        _silence_stdout()
+        return EXIT_OK
     except OSError as exc:  # a file the user named cannot be read or written
         return _fail(str(exc))
-    except BrokenPipeError:  # output piped into e.g. `head`
-        sys.stderr.close()
-        return EXIT_OK
     except KeyboardInterrupt as exc:  # Ctrl-C; in a sweep, SIGINT or SIGTERM (spica_cli/signals.py)
         from spica_cli.signals import interrupted
 

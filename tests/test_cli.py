@@ -1,6 +1,7 @@
 """The CLI contract: exit 0 on valid configs, exit 2 with field paths and no traceback otherwise."""
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
@@ -112,6 +113,19 @@ def test_missing_trace_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_missing_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", str(tmp_path / "absent.yaml")]) == 2
     assert "config file not found" in capsys.readouterr().err
+
+
+def test_output_into_a_closed_pipe_exits_0_without_an_error(monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """`spica schema | head -1`: the reader went away, which is not the user's mistake (BrokenPipeError is an
+    OSError, so it must be caught first)."""
+    class ClosedPipe(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert main(["schema"]) == 0
+    assert capsys.readouterr().err == ""
 
 
 def test_schema_is_json_schema(capsys: pytest.CaptureFixture[str]) -> None:

@@ -78,6 +78,11 @@ def test_disabled_prints_nothing() -> None:
         p(trial())
     p.draw(final=True)
     assert out.getvalue() == ""
+    assert (p.done, p.best) == (10, 1.0)     # it still counts: the flow reads the tally either way
+    shown = SweepProgress(5, pareto=False, enabled=True, clock=clock, stream=out)
+    shown(trial())
+    shown.draw(final=True)                   # the same calls, enabled: a line
+    assert lines(out) == ["[######                        ] 1/5 evaluations (1 attempts), best score 1, 0s"]
 
 
 def test_on_a_terminal_redraws_in_place_at_most_4_per_second() -> None:

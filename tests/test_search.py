@@ -555,21 +555,31 @@ def test_branches_searched_together_ask_what_each_asks_alone_and_share_the_worke
     from spica_core.evaluate import EvalPool
     from spica_core.search import search_branches
 
-    class Timed(EvalPool):
+    class HoldsAgg(EvalPool):
+        """Hands agg's outcomes back only once a disagg candidate was sent (or after a minute): searched one
+        after the other, agg could never finish, so no disagg candidate would be sent before agg's last result."""
+
         def __init__(self) -> None:
             super().__init__(2, 120)
-            self.sent: dict[int, tuple[str, float]] = {}
-            self.back: dict[int, float] = {}
+            self.sent: list[str] = []          # the mode of each submission, in order
+            self.held: list[tuple[int, Outcome]] = []
+            self.deadline = time.monotonic() + 60
+            self.last_agg_back_after: int | None = None   # submissions made before agg's last outcome was handed
 
         def submit(self, request: EvalRequest) -> int:
-            ticket = super().submit(request)
-            self.sent[ticket] = (request.eval_id.split("-")[0], time.perf_counter())
-            return ticket
+            self.sent.append(request.eval_id.split("-")[0])
+            return super().submit(request)
 
         def poll(self, timeout: float) -> list[tuple[int, Outcome]]:
             done = super().poll(timeout)
-            self.back.update({ticket: time.perf_counter() for ticket, _ in done})
-            return done
+            agg = [d for d in done if d[1].eval_id.startswith("agg")]
+            self.held += agg
+            out = [d for d in done if d not in agg]
+            if "disagg" in self.sent or time.monotonic() > self.deadline:
+                out, self.held = out + self.held, []
+                if agg or any(d[1].eval_id.startswith("agg") for d in out):
+                    self.last_agg_back_after = len(self.sent)
+            return out
 
     config = make(space={"deployment_mode": ["agg", "disagg"], "agg_max_num_seqs": [256, 512]},
                   sweep={"candidates_per_round": 2, "max_rounds": 2, "algorithm": "QUASI_RANDOM_SEARCH",
@@ -580,14 +590,14 @@ def test_branches_searched_together_ask_what_each_asks_alone_and_share_the_worke
     def key(trials: Sequence[Trial]) -> list[tuple[Any, ...]]:
         return [(t.mode, t.trial, t.ask, t.round, t.params, t.status) for t in trials]
 
-    with Timed() as pool:
+    with HoldsAgg() as pool:
         together = search_branches(branches, context, pool, EvalCache())
     with EvalPool(2, 120) as pool_alone:  # as wide: the workers are part of what is asked
         alone = [search_branch(b, SearchContext(config, None, None), pool_alone, EvalCache()) for b in branches]
     assert [key(r.trials) for r in together] == [key(r.trials) for r in alone]
     assert [len(r.trials) for r in together] == [4, 4]
-    last_agg_back = max(pool.back[t] for t, (mode, _) in pool.sent.items() if mode == "agg")
-    assert any(mode == "disagg" and sent < last_agg_back for mode, sent in pool.sent.values()), pool.sent
+    # a disagg candidate was sent while agg still waited for outcomes: the branches shared the workers
+    assert "disagg" in pool.sent[:pool.last_agg_back_after], pool.sent
 
 
 def test_an_ask_s_recorded_seconds_leave_out_its_wait_for_another_model_ask() -> None:
