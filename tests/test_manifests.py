@@ -145,8 +145,7 @@ def test_missing_image_is_an_error() -> None:
 def test_component_names_differing_in_case_are_an_error() -> None:
     doc = _example()
     by_name(doc, "VllmPrefillWorker")["name"] = "vllmdecodeworker"
-    assert check_manifest(doc) == ["spec.components: component names must be unique case-insensitively "
-                                   "('VllmDecodeWorker', 'vllmdecodeworker')"]
+    assert check_manifest(doc) == ["spec.components: component names must be unique case-insensitively"]
 
 
 def test_gpu_total_must_equal_used_gpus() -> None:
@@ -181,15 +180,15 @@ def test_create_time_and_webhook_rules() -> None:
     by_name(doc, "Frontend")["podTemplate"]["spec"]["containers"].append({"name": "sidecar"})
     doc["metadata"]["name"] = "Vllm_Disagg"
     problems = check_manifest(doc)
-    assert "spec.restart: must be unset on create; set spec.restart.id after creation to request a restart" in problems
+    assert "spec: spec.restart must be unset on create; set spec.restart.id after creation to request a restart" in problems
     assert ("spec.backendFramework: 'sglang' does not match the worker command (python3 -m dynamo.vllm in "
             "VllmDecodeWorker, VllmPrefillWorker)") in problems
     assert ("spec.components[VllmDecodeWorker].multinode: set nodeCount explicitly (the apiserver defaults an empty "
             "multinode to 2 nodes)") in problems
-    assert ("spec.components[VllmPrefillWorker].podTemplate.metadata.annotations['nvidia.com/vllm-distributed-executor"
-            "-backend']: must be mp or ray (got 'slurm')") in problems
-    assert "spec.components[Frontend].podTemplate.spec.containers[1]: sidecar containers must specify a non-empty image" \
-        in problems
+    assert ("spec.components[VllmPrefillWorker].podTemplate.metadata.annotations: podTemplate backend annotation must "
+            "be mp or ray, case-insensitively") in problems
+    assert ("spec.components[Frontend].podTemplate.spec.containers[sidecar]: sidecar containers must specify a "
+            "non-empty image") in problems
     assert any(p.startswith("metadata.name: 'Vllm_Disagg' must be a DNS-1123 label") for p in problems)
     # nodeCount defaults to 2 on the server: 1 GPU per pod × 2 nodes no longer matches --tensor-parallel-size 1
     assert ("spec.components[VllmDecodeWorker]: a worker instance spans 1 GPUs by its parallel flags, but the component "

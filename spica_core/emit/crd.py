@@ -8,8 +8,8 @@
    instead of being pruned by the apiserver;
 2. the list-map keys and list sets the schema declares but JSON Schema cannot enforce (a set-typed list
    rejects a repeated value, with ``uniqueItems`` equality);
-3. every create-time CEL rule of the CRD (listed in ``CEL_RULES``) and the operator's webhook rules,
-   re-implemented;
+3. every create-time CEL rule of the CRD, its own rule strings evaluated with a CEL library
+   (``crd_cel``), and the operator's webhook rules, re-implemented;
 4. cheap semantic checks: GPU limits as strings, per-pod GPUs × nodes = the instance's parallel size,
    the GPU total (``used_gpus``), equal prefill/decode KV block sizes, a KV router with an event
    publisher, and the planner ``--config`` against PlannerConfig's own rules.
@@ -23,13 +23,14 @@ import copy
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import yaml
 
+from spica_core.emit.crd_cel import cel_problems, readable_path
 from spica_core.planner import planner_config_problems
 
 API_GROUP = "nvidia.com"
@@ -91,70 +92,6 @@ def parallel_flag(backend: str, size: str) -> str:
 _KV_EVENT_FLAGS = ("--kv-events-config", "--publish-events-and-metrics", "--publish-kv-events")
 
 # Schema defaults the CEL rules below see: the apiserver applies defaults before it evaluates CEL.
-GMS_DEFAULT_MODE = "IntraPod"                  # components[].experimental.gpuMemoryService.mode
-KV_TRANSFER_DEFAULT_ENFORCEMENT = "required"   # spec.experimental.kvTransferPolicy.enforcement
-MAX_LABEL_PREFIX = 253
-
-
-class CelRule(NamedTuple):
-    """One ``x-kubernetes-validations`` entry of the v1beta1 schema, as the CRD writes it."""
-
-    path: str      # dotted fields from the root; ``[]`` is each list item
-    rule: str      # the CEL expression, verbatim
-    message: str   # the CRD's message
-
-
-# Every create-time CEL rule of the v1beta1 schema that ``check_manifest`` re-implements (in ``_cel_problems``
-# and the functions it calls). A test walks the CRD and fails on any create-time rule missing here, so a new
-# CRD rule cannot go unchecked. Update-only rules (``oldSelf`` without ``optionalOldSelf``) are left out: an
-# emitted manifest is always created, never updated. docs/emit.md, "CRD rules checked", maps each to its check.
-CEL_RULES: tuple[CelRule, ...] = (
-    CelRule("spec", "oldSelf.hasValue() || !has(self.restart)",
-            "spec.restart must be unset on create; set spec.restart.id after creation to request a restart"),
-    CelRule("spec.components", "self.filter(c, has(c.type) && c.type == 'epp').size() <= 1",
-            "at most one component may have type epp"),
-    CelRule("spec.components", "self.all(c1, !has(c1.name) || self.filter(c2, has(c2.name) && "
-            "c2.name.lowerAscii() == c1.name.lowerAscii()).size() == 1)",
-            "component names must be unique case-insensitively"),
-    CelRule("spec.components[]", "!has(self.eppConfig) || (has(self.type) && self.type == 'epp')",
-            "eppConfig may only be set when type is epp"),
-    CelRule("spec.components[]", "!has(self.minAvailable) || (has(self.replicas) && self.replicas == 0) || "
-            "self.minAvailable <= (has(self.replicas) ? self.replicas : 1)",
-            "minAvailable must be less than or equal to replicas unless replicas is 0"),
-    CelRule("spec.components[].eppConfig", "has(self.configMapRef) != has(self.config)",
-            "exactly one of configMapRef or config must be specified"),
-    CelRule("spec.components[].experimental.checkpoint",
-            "!has(self.job) || !has(self.checkpointRef) || size(self.checkpointRef) == 0",
-            "checkpoint.job cannot be set when checkpointRef is specified"),
-    CelRule("spec.components[].experimental.gpuMemoryService",
-            "!has(self.extraClientContainers) || size(self.extraClientContainers) == 0 || self.mode == 'IntraPod'",
-            "extraClientContainers is only supported with mode=IntraPod"),
-    CelRule("spec.components[].experimental.gpuMemoryService",
-            "!has(self.extraClientPods) || size(self.extraClientPods) == 0 || self.mode == 'InterPod'",
-            "extraClientPods is only supported with mode=InterPod"),
-    CelRule("spec.components[].experimental.gpuMemoryService",
-            "!has(self.extraClientPods) || size(self.extraClientPods) == 0",
-            "extraClientPods is reserved for inter-pod GMS and is not implemented yet"),
-    CelRule("spec.components[].podTemplate.metadata.annotations",
-            '!("nvidia.com/vllm-distributed-executor-backend" in self) || '
-            'self["nvidia.com/vllm-distributed-executor-backend"].lowerAscii() in ["mp", "ray"]',
-            "podTemplate backend annotation must be mp or ray, case-insensitively"),
-    CelRule("spec.components[].podTemplate.spec.containers[]", 'self.name == "main" || (has(self.image) && '
-            'self.image != "")', "sidecar containers must specify a non-empty image"),
-    CelRule("spec.components[].podTemplate.spec.initContainers[]", 'has(self.image) && self.image != ""',
-            "init containers must specify a non-empty image"),
-    CelRule("spec.experimental.kvTransferPolicy", "(has(self.labelKey) && !has(self.clusterTopologyName)) || "
-            "(!has(self.labelKey) && has(self.clusterTopologyName))",
-            "exactly one of labelKey or clusterTopologyName is required"),
-    CelRule("spec.experimental.kvTransferPolicy",
-            "!has(self.enforcement) || self.enforcement != 'preferred' || has(self.preferredWeight)",
-            "preferredWeight is required when enforcement is preferred"),
-    CelRule("spec.experimental.kvTransferPolicy",
-            "!has(self.preferredWeight) || (has(self.enforcement) && self.enforcement == 'preferred')",
-            "preferredWeight may only be set when enforcement is preferred"),
-    CelRule("spec.experimental.kvTransferPolicy.labelKey", "!self.contains('/') || self.split('/')[0].size() <= 253",
-            "labelKey prefix must be 253 characters or less"),
-)
 
 
 # ---------------------------------------------------------------- the CRD and its strict schema
@@ -247,7 +184,7 @@ def check_manifest(doc: Any, used_gpus: int | None = None) -> list[str]:
         return problems
     comps = [(i, c) for i, c in enumerate(components) if isinstance(c, Mapping)]
     problems += _list_key_problems(doc)
-    problems += _cel_problems(spec, comps)
+    problems += cel_problems(doc, version_schema())
     problems += _webhook_problems(doc, spec, comps)
     problems += _semantic_problems(spec, comps, used_gpus)
     return _unique(problems)
@@ -260,7 +197,7 @@ def _schema_problems(doc: Mapping[str, Any]) -> list[str]:
     out = []
     errors = sorted(_validator().iter_errors(doc), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     for error in errors:
-        where = _path(doc, error.absolute_path)
+        where = readable_path(doc, error.absolute_path)
         if error.validator == "additionalProperties" and error.validator_value is False:
             known = set((error.schema.get("properties") or {}))
             extra = sorted(k for k in error.instance if k not in known) if isinstance(error.instance, Mapping) else []
@@ -307,7 +244,7 @@ def _walk_lists(schema: Mapping[str, Any], value: Any, parts: list[Any], doc: Ma
                 key = tuple(item.get(k, (item_props.get(k) or {}).get("default")) for k in keys)
                 if key in seen:
                     shown = ", ".join(f"{k}={v!r}" for k, v in zip(keys, key))
-                    out.append(f"{_path(doc, [*parts, i])}: duplicate entry ({shown}); this list is keyed by "
+                    out.append(f"{readable_path(doc, [*parts, i])}: duplicate entry ({shown}); this list is keyed by "
                                f"{', '.join(keys)} (entry {seen[key]} has the same key)")
                 else:
                     seen[key] = i
@@ -316,7 +253,7 @@ def _walk_lists(schema: Mapping[str, Any], value: Any, parts: list[Any], doc: Ma
             for i, item in enumerate(value):
                 canon = _set_member(item)
                 if canon in first:
-                    out.append(f"{_path(doc, [*parts, i])}: duplicate value {item!r}; this list is a set, each value "
+                    out.append(f"{readable_path(doc, [*parts, i])}: duplicate value {item!r}; this list is a set, each value "
                                f"may appear once (entry {first[canon]} has the same value)")
                 else:
                     first[canon] = i
@@ -375,124 +312,7 @@ def _string_map_problems(values: Any, where: str) -> list[str]:
     return out
 
 
-# ---------------------------------------------------------------- 3a. CEL rules (create time)
-
-
-def _cel_problems(spec: Mapping[str, Any], comps: list[tuple[int, Mapping[str, Any]]]) -> list[str]:
-    """The create-time CEL rules of ``CEL_RULES``: jsonschema ignores ``x-kubernetes-validations``."""
-    out = []
-    if "restart" in spec:
-        out.append("spec.restart: must be unset on create; set spec.restart.id after creation to request a restart")
-    out += _kv_transfer_policy_problems(_get(spec, "experimental", "kvTransferPolicy"))
-    by_lower: dict[str, list[str]] = {}
-    for _, comp in comps:
-        name = comp.get("name")
-        if isinstance(name, str):
-            by_lower.setdefault(name.lower(), []).append(name)
-    for names in by_lower.values():
-        if len(names) > 1:
-            out.append(f"spec.components: component names must be unique case-insensitively "
-                       f"({', '.join(map(repr, names))})")
-    epps = [c.get("name") for _, c in comps if c.get("type") == "epp"]
-    if len(epps) > 1:
-        out.append(f"spec.components: at most one component may have type epp (got {len(epps)}: "
-                   f"{', '.join(map(repr, epps))})")
-    for i, comp in comps:
-        where = _comp(comp, i)
-        if "eppConfig" in comp and comp.get("type") != "epp":
-            out.append(f"{where}.eppConfig: may only be set when type is epp")
-        out += _epp_config_problems(where, comp.get("eppConfig"))
-        out += _checkpoint_problems(where, _get(comp, "experimental", "checkpoint"))
-        out += _gpu_memory_service_problems(where, _get(comp, "experimental", "gpuMemoryService"))
-        min_available, replicas = comp.get("minAvailable"), comp.get("replicas", 1)
-        if isinstance(min_available, int) and isinstance(replicas, int) and replicas != 0 and min_available > replicas:
-            out.append(f"{where}.minAvailable: {min_available} must be <= replicas ({replicas}) unless replicas is 0")
-        pod_meta = _get(comp, "podTemplate", "metadata", "annotations")
-        if isinstance(pod_meta, Mapping) and EXECUTOR_ANNOTATION in pod_meta:
-            value = pod_meta[EXECUTOR_ANNOTATION]
-            if not isinstance(value, str) or value.lower() not in ("mp", "ray"):
-                out.append(f"{where}.podTemplate.metadata.annotations[{EXECUTOR_ANNOTATION!r}]: must be mp or ray "
-                           f"(got {value!r})")
-        pod_spec = _get(comp, "podTemplate", "spec")
-        if isinstance(pod_spec, Mapping):
-            for j, ctr in enumerate(_dicts(pod_spec.get("containers"))):
-                if ctr.get("name") != MAIN_CONTAINER and not ctr.get("image"):
-                    out.append(f"{where}.podTemplate.spec.containers[{j}]: sidecar containers must specify a "
-                               "non-empty image")
-            for j, ctr in enumerate(_dicts(pod_spec.get("initContainers"))):
-                if not ctr.get("image"):
-                    out.append(f"{where}.podTemplate.spec.initContainers[{j}]: init containers must specify a "
-                               "non-empty image")
-    return out
-
-
-def _epp_config_problems(where: str, epp_config: Any) -> list[str]:
-    """The EPP reads its config from exactly one place: a ConfigMap or the inline ``config``."""
-    if not isinstance(epp_config, Mapping):
-        return []
-    has_ref, has_inline = _has(epp_config, "configMapRef"), _has(epp_config, "config")
-    if has_ref == has_inline:
-        return [f"{where}.eppConfig: exactly one of configMapRef or config must be set "
-                f"(got {'both' if has_ref else 'neither'})"]
-    return []
-
-
-def _checkpoint_problems(where: str, checkpoint: Any) -> list[str]:
-    """``job`` creates a checkpoint and ``checkpointRef`` reuses an existing one: the CRD forbids both at once."""
-    if not isinstance(checkpoint, Mapping) or not _has(checkpoint, "job"):
-        return []
-    ref = checkpoint.get("checkpointRef")
-    if _size(ref):
-        return [f"{where}.experimental.checkpoint.job: cannot be set when checkpointRef is specified "
-                f"(checkpointRef {ref!r}); drop job to restore that checkpoint, or checkpointRef to create one"]
-    return []
-
-
-def _gpu_memory_service_problems(where: str, gms: Any) -> list[str]:
-    """GPU memory service clients: extra containers need IntraPod; extra pods (InterPod) are not implemented."""
-    if not isinstance(gms, Mapping):
-        return []
-    where = f"{where}.experimental.gpuMemoryService"
-    mode = gms["mode"] if _has(gms, "mode") else GMS_DEFAULT_MODE
-    out = []
-    if _size(gms.get("extraClientContainers")) and mode != "IntraPod":
-        out.append(f"{where}.extraClientContainers: only supported with mode IntraPod (got mode {mode!r})")
-    pods = _size(gms.get("extraClientPods"))
-    if pods and mode != "InterPod":
-        out.append(f"{where}.extraClientPods: only supported with mode InterPod (got mode {mode!r})")
-    if pods:
-        out.append(f"{where}.extraClientPods: reserved for inter-pod GMS, which is not implemented yet; leave it "
-                   f"empty (got {pods} pod(s))")
-    return out
-
-
-def _kv_transfer_policy_problems(policy: Any) -> list[str]:
-    """KV transfer placement: one topology source, and a weight exactly when the enforcement is preferred."""
-    if not isinstance(policy, Mapping):
-        return []
-    where = "spec.experimental.kvTransferPolicy"
-    out = []
-    has_label, has_topology = _has(policy, "labelKey"), _has(policy, "clusterTopologyName")
-    if has_label == has_topology:
-        out.append(f"{where}: exactly one of labelKey or clusterTopologyName is required "
-                   f"(got {'both' if has_label else 'neither'})")
-    enforcement = policy["enforcement"] if _has(policy, "enforcement") else KV_TRANSFER_DEFAULT_ENFORCEMENT
-    has_weight = _has(policy, "preferredWeight")
-    if enforcement == "preferred" and not has_weight:
-        out.append(f"{where}.preferredWeight: required when enforcement is preferred (a number in 0..1)")
-    if has_weight and enforcement != "preferred":
-        out.append(f"{where}.preferredWeight: may only be set when enforcement is preferred "
-                   f"(got enforcement {enforcement!r})")
-    label_key = policy.get("labelKey")
-    if isinstance(label_key, str) and "/" in label_key:
-        prefix = label_key.split("/")[0]
-        if len(prefix) > MAX_LABEL_PREFIX:
-            out.append(f"{where}.labelKey: the prefix before '/' must be at most {MAX_LABEL_PREFIX} characters "
-                       f"(got {len(prefix)})")
-    return out
-
-
-# ---------------------------------------------------------------- 3b. webhook rules
+# ---------------------------------------------------------------- 3. webhook rules (the CEL rules: crd_cel)
 
 
 def _webhook_problems(doc: Mapping[str, Any], spec: Mapping[str, Any],
@@ -805,16 +625,6 @@ def _get(value: Any, *keys: str) -> Any:
     return value
 
 
-def _has(node: Mapping[str, Any], key: str) -> bool:
-    """CEL ``has(self.key)``. A null counts as absent: the apiserver prunes nulls before validating."""
-    return node.get(key) is not None
-
-
-def _size(value: Any) -> int:
-    """CEL ``size()`` of a string, list or map; 0 for anything else (the schema reports a wrong type)."""
-    return len(value) if isinstance(value, (str, list, Mapping)) else 0
-
-
 def _dicts(values: Any) -> list[Mapping[str, Any]]:
     return [v for v in values if isinstance(v, Mapping)] if isinstance(values, list) else []
 
@@ -833,27 +643,11 @@ def _comp(comp: Mapping[str, Any], index: int) -> str:
     return f"spec.components[{name}]" if isinstance(name, str) and name else f"spec.components[{index}]"
 
 
-def _path(doc: Any, parts: Iterable[Any]) -> str:
-    """A readable path; list items with a ``name`` are shown by name (``containers[main]``)."""
-    out, node = "", doc
-    for part in parts:
-        if isinstance(part, int):
-            item = node[part] if isinstance(node, list) and part < len(node) else None
-            name = item.get("name") if isinstance(item, Mapping) else None
-            out += f"[{name}]" if isinstance(name, str) and name else f"[{part}]"
-            node = item
-        else:
-            key = str(part)
-            out += f"[{key!r}]" if ("." in key or "/" in key) else (f".{key}" if out else key)
-            node = node.get(part) if isinstance(node, Mapping) else None
-    return out or "<root>"
-
-
 def _unique(problems: list[str]) -> list[str]:
     seen: set[str] = set()
     return [p for p in problems if not (p in seen or seen.add(p))]
 
 
 __all__ = ["check_manifest", "crd", "version_schema", "strict_schema", "image_tag", "backend_of", "instance_gpus",
-           "block_size", "CelRule", "CEL_RULES", "PLANNER_CONFIG_KEYS", "SEMVER_TAG", "DNS_LABEL", "API_VERSION",
+           "block_size", "PLANNER_CONFIG_KEYS", "SEMVER_TAG", "DNS_LABEL", "API_VERSION",
            "KIND", "GPU_RESOURCE", "PARALLEL_FLAGS", "INSTANCE_SIZES", "parallel_flag"]
