@@ -284,20 +284,28 @@ def write_docs(doc: dict[str, Any], path: Path = DOC) -> None:
           "both and rewrites this page from the rows' recorded replays, without replaying.", ""]
     path.write_text("\n".join(L))
     if path == DOC:
-        from bench.results_doc import write_section
+        write_benchmarks_block(doc)
 
-        lines = [f"`bench/bench_accuracy.py` ({meta.get('wall_s')} s, {meta.get('workers')} workers): "
-                 f"{counts['rows']} silicon rows from {counts['models']} models and {counts['systems']} SKUs "
-                 "(details, plots and per-group tables: [accuracy.md](accuracy.md)).", "",
-                 "| | TTFT MAPE | TPOT MAPE | rows |", "|---|---:|---:|---:|"]
-        f = summary["out_of_fold"]["overall"]
-        lines.append(f"| Spica, out of fold | {_pct(f['ttft_ms']['mape'])} | {_pct(f['tpot_ms']['mape'])} | "
-                     f"{f['rows']} |")
-        for s_ in ("predicted", "aic", "aisim"):
-            t, p_ = o[f"{s_}_ttft_ms"], o[f"{s_}_tpot_ms"]
-            name = "Spica, in sample" if s_ == "predicted" else SYSTEM_NAMES[s_]
-            lines.append(f"| {name} | {_pct(t['mape'])} | {_pct(p_['mape'])} | {t['rows']} |")
-        write_section("accuracy", "Accuracy against measured GPUs", lines)
+
+def write_benchmarks_block(doc: dict[str, Any]) -> None:
+    """The ``accuracy`` block of docs/benchmarks.md: the headline MAPEs, with the command and the commit."""
+    from bench.results_doc import write_section
+
+    summary, meta = doc["summary"], doc["meta"]
+    o, counts, v = summary["overall"], summary["counts"], meta.get("versions", {})
+    commit = str(v.get("git_commit") or "")[:7] + ("-dirty" if v.get("git_dirty") else "")
+    lines = [f"`PYTHONPATH=. .venv/bin/python bench/bench_accuracy.py` (at {commit or '?'}; {meta.get('wall_s')} s, "
+             f"{meta.get('workers')} workers): {counts['rows']} silicon rows from {counts['models']} models and "
+             f"{counts['systems']} SKUs (details, plots and per-group tables: [accuracy.md](accuracy.md)).", "",
+             "| | TTFT MAPE | TPOT MAPE | rows |", "|---|---:|---:|---:|"]
+    f = summary["out_of_fold"]["overall"]
+    lines.append(f"| Spica, out of fold | {_pct(f['ttft_ms']['mape'])} | {_pct(f['tpot_ms']['mape'])} | "
+                 f"{f['rows']} |")
+    for s_ in ("predicted", "aic", "aisim"):
+        t, p_ = o[f"{s_}_ttft_ms"], o[f"{s_}_tpot_ms"]
+        name = "Spica, in sample" if s_ == "predicted" else SYSTEM_NAMES[s_]
+        lines.append(f"| {name} | {_pct(t['mape'])} | {_pct(p_['mape'])} | {t['rows']} |")
+    write_section("accuracy", "Accuracy against measured GPUs (`bench/bench_accuracy.py`)", lines)
 
 
 CAUSES = [

@@ -3,14 +3,16 @@
 Every row of ``systems/silicon_sample.csv`` that Spica can express (bundled model, SKU, backend,
 precision, parallel shape; disagg with worker counts) is replayed through ``spica evaluate``'s own
 path (SmartSearchConfig → build_request → EvalPool/evaluate_one) with a config that reproduces how
-the row was measured (see bench/accuracy_rows.py and docs/accuracy.md). Output:
-``bench/results/accuracy.json``, ``spica_core/evaluate/data/bands.json``, ``docs/accuracy.md`` and
-``docs/img/accuracy_*.png``.
+the row was measured (see bench/accuracy_rows.py and docs/accuracy.md). Output: ``bench/results/accuracy.json``
+(overwritten), and from it ``spica_core/evaluate/data/serving.json`` and ``bands.json``, ``docs/accuracy.md``,
+``docs/img/accuracy_*.png`` and the ``accuracy`` block of ``docs/benchmarks.md``. Partial runs (``--limit``,
+``--rows-matching``) and shards write under ``bench/traces/`` (scratch, not kept) and ship nothing.
+AISimulate's predictions are cached in ``bench/results/aisim_cache.json`` (``bench/peer_aisim.py``).
 
     PYTHONPATH=. .venv/bin/python bench/bench_accuracy.py                 # everything, 2 workers
     PYTHONPATH=. .venv/bin/python bench/bench_accuracy.py --limit 40 --rows-matching 'qwen3_32b.*vllm'
     PYTHONPATH=. .venv/bin/python bench/bench_accuracy.py --shard 1/2     # then --shard 2/2, then --merge
-    PYTHONPATH=. .venv/bin/python bench/bench_accuracy.py --merge         # shards → accuracy.json + docs
+    PYTHONPATH=. .venv/bin/python bench/bench_accuracy.py --merge         # bench/traces shards → accuracy.json + docs
     PYTHONPATH=. .venv/bin/python bench/bench_accuracy.py --docs-only     # accuracy.json → bands, docs
 """
 from __future__ import annotations
@@ -37,6 +39,7 @@ from bench.accuracy_rows import (REPO, RowPlan, bands, checkpoint_of, load_rows,
 
 RESULTS = REPO / "bench" / "results"
 OUT = RESULTS / "accuracy.json"
+SCRATCH = REPO / "bench" / "traces"   # gitignored: shards and partial runs, never a results file
 BANDS = REPO / "spica_core" / "evaluate" / "data" / "bands.json"
 SERVING = REPO / "spica_core" / "evaluate" / "data" / "serving.json"
 DOC = REPO / "docs" / "accuracy.md"
@@ -320,7 +323,7 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="at most N covered rows (after --rows-matching)")
     ap.add_argument("--rows-matching", default=None, help="only rows whose id matches this regex")
     ap.add_argument("--shard", default=None, help="K/N: run every N-th covered row starting at K")
-    ap.add_argument("--merge", action="store_true", help="merge bench/results/accuracy.shard-*.json")
+    ap.add_argument("--merge", action="store_true", help="merge bench/traces/accuracy.shard-*.json")
     ap.add_argument("--docs-only", action="store_true", help="re-derive bands and docs from accuracy.json")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--no-aisim", dest="aisim", action="store_false", help="skip AISimulate (add later: --add-aisim)")
@@ -387,9 +390,9 @@ def main() -> None:
             "host": {"cpus": os.cpu_count(), "python": platform.python_version()}}
     doc = assemble(rows, skipped, meta)
     if shard:
-        out = RESULTS / f"accuracy.shard-{shard[0]}-of-{shard[1]}.json"
+        out = SCRATCH / f"accuracy.shard-{shard[0]}-of-{shard[1]}.json"
     else:
-        out = Path(args.out) if args.out else (OUT if not partial else RESULTS / "accuracy.partial.json")
+        out = Path(args.out) if args.out else (OUT if not partial else SCRATCH / "accuracy.partial.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")
     log(f"wrote {out}: {len(rows)} rows, {len(doc['skipped'])} skipped, {meta['wall_s']}s")
@@ -409,9 +412,9 @@ def main() -> None:
 
 
 def merge_shards() -> dict[str, Any]:
-    files = sorted(RESULTS.glob("accuracy.shard-*-of-*.json"))
+    files = sorted(SCRATCH.glob("accuracy.shard-*-of-*.json"))
     if not files:
-        raise SystemExit("no bench/results/accuracy.shard-*.json to merge")
+        raise SystemExit("no bench/traces/accuracy.shard-*.json to merge")
     docs = [json.loads(f.read_text()) for f in files]
     rows: dict[str, Any] = {}
     skipped: dict[str, Any] = {}

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_orchestration.py      # ~5 min on 2 cores
 
-Writes ``bench/results/orchestration.json`` and its section of ``docs/benchmarks.md``:
+Overwrites ``bench/results/orchestration.json`` and the ``bench_orchestration`` block of ``docs/benchmarks.md``:
 
 1. a finished run, re-run with the same command: its wall time (every stage read back, no replay),
    with Prefect's temporary server and against an already running local server (target < 10 s);
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-from results_doc import write_section
+from results_doc import headline, write_section
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "examples" / "quickstart.yaml"
@@ -248,8 +248,8 @@ def throughput() -> dict[str, Any]:
 
 def write_docs(r: dict[str, Any]) -> None:
     res, kill, cost = r["resume"], r["kill"], r["prefect"]
-    lines = [f"_Measured {r['date']} on {r['machine']}. Command: `python bench/bench_orchestration.py` "
-             f"({r['bench_wall_s'] / 60:.0f} min). Config: `examples/quickstart.yaml`._", "",
+    lines = [f"{headline({'command': 'python bench/bench_orchestration.py', **r}, r['bench_wall_s'] / 60)}, "
+             "on `examples/quickstart.yaml`:", "",
              f"- **Resume of a finished run** (same command again, every stage read back): "
              f"**{res['resume_wall_s']:.1f} s** with Prefect's temporary server, "
              f"**{res['resume_wall_with_server_s']:.1f} s** against a running local server (target < 10 s; the "
@@ -291,14 +291,18 @@ def throughput_lines(t: dict[str, Any]) -> list[str]:
               "Overhead per task is the wall time per evaluation and slot beyond the evaluation itself (dispatch, "
               "pickling, the round trip); client CPU is what the sweep's own process spends on each (for Dask it "
               "includes the scheduler, which a `LocalCluster` runs in the same process: an upper bound).", "",
-              "On a larger Dask cluster, from the measured overhead and client CPU (`project` in the script: each "
-              "slot spends replay + overhead per evaluation; the one client caps the rate at 1 / client CPU):", "",
-              "| workers | 0.1 s replays / s | 1 s replays / s |", "|---|---|---|"]
-    lines += [f"| {w} | {v['0.1']:.1f} | {v['1.0']:.1f} |" for w, v in projection.items()]
-    return [*lines, ""]
+              "Projected on a larger Dask cluster from the measured overhead and client CPU (`project` in the script: "
+              "each slot spends replay + overhead per evaluation; the one client caps the rate at 1 / client CPU), "
+              "0.1 s / 1 s replays per second: "
+              + "; ".join(f"{w} workers {v['0.1']:.1f} / {v['1.0']:.1f}" for w, v in projection.items()) + "."]
+    return lines
 
 
 def main() -> None:
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog=__doc__.split("\n", 2)[2]).parse_args()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="spica-bench-orch-") as name:
         tmp = Path(name)
@@ -306,7 +310,7 @@ def main() -> None:
         kill = kill_and_resume(tmp)
         cost = prefect_cost(tmp, tmp / "uninterrupted" / "trials.parquet")
     scaling = throughput()
-    results = {"date": time.strftime("%Y-%m-%d"),
+    results = {"date": time.strftime("%Y-%m-%d"), "command": "python bench/bench_orchestration.py",
                "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
                "bench_wall_s": time.perf_counter() - started, "resume": resume_result, "kill": kill,
                "prefect": cost, "throughput": scaling}

@@ -1,19 +1,20 @@
-"""The search benchmark: what the optimizer costs and how good its answer is, as ratios from one run.
+"""The search benchmark: how good the optimizer's answer is and what it costs, as ratios from one run.
 
-    .venv/bin/python bench/bench_search.py            # ~25 min on 2 cores; writes the files below
-    .venv/bin/python bench/bench_search.py --quick    # a smoke run (1 seed, small budgets)
-    .venv/bin/python bench/bench_search.py --live     # only the timed sweeps on live replays (~5 min)
-    .venv/bin/python bench/bench_search.py --cli      # the dense and MoE timed sweeps as `spica sweep` runs
-    .venv/bin/python bench/bench_search.py --small    # the small spaces' default ÷ thorough wall, alternated pairs
+    .venv/bin/python bench/bench_search.py                    # ~10 min on 2 cores: section "full"
+    .venv/bin/python bench/bench_search.py --live             # ~5 min: the timed sweeps on live replays, "live"
+    .venv/bin/python bench/bench_search.py --cli [--runs 3] [--baseline REF]   # "cli": ~45 s per `spica sweep`
+    .venv/bin/python bench/bench_search.py --default-quality  # DEFAULT alone at 32 and 64: "default_quality"
+    .venv/bin/python bench/bench_search.py --quick            # a smoke run (1 seed, budgets 16/32): prints, writes nothing
 
-Writes ``bench/results/search.json`` and the results section of ``docs/benchmarks.md``.
+Every mode but ``--quick`` overwrites its own section of ``bench/results/search.json`` (the other sections stay)
+and then rewrites the ``bench_search`` block of ``docs/benchmarks.md`` from the whole file.
 
 Two fixed spaces, both goodput_per_gpu under an SLA, with a generated shared-prefix trace:
 
 - ``dense``: Qwen3-32B on 8 × h200_sxm, agg and disagg, vLLM, batching and router knobs (688 candidates);
 - ``moe``: Qwen3-30B-A3B on 16 × h200_sxm, agg, vLLM, batching and router knobs (480 candidates).
 
-What runs, per space:
+``full``, per space:
 
 1. ``thorough`` with real replays (2 worker processes): the exact optimum, and the score of every
    candidate. The quality runs (step 2) answer each candidate with its recorded thorough outcome
@@ -24,10 +25,17 @@ What runs, per space:
 3. One DEFAULT sweep of 64 evaluations with real replays: the wall-time split (replay, optimizer,
    orchestration) and 1 − (Σ replay s ÷ workers) ÷ wall.
 
-Then: the 45-candidate space of the issue (default at 24 evaluations vs thorough, real replays),
-RSS over 200 GP-UCB-PE suggestions, the quick-start CLI sweep with an empty compile cache, and
-the peer: AI Configurator's own ``aiconfigurator cli default`` on the dense space, its agg and
-disagg picks replayed on the same trace (``bench/peer_aic.py``).
+Then: the 45- and 90-candidate spaces (default vs thorough wall, real replays), the real-trace case (the public
+Mooncake trace), RSS of the optimizer process over 200 GP-UCB-PE suggestions, the quick-start CLI sweep with
+empty caches, and AI Configurator's own pick (``aiconfigurator cli default`` on the dense space, its agg and
+disagg picks replayed on the same trace; ``bench/peer_aic.py``). The upstream sweeper is its own benchmark
+(``bench/peer_sweeper.py``).
+
+``live``: only the timed parts of ``full`` (the two 64-evaluation DEFAULT sweeps, the small spaces, the real
+trace, RSS), every ratio within one run. ``cli``: the dense and MoE timed sweeps as a user runs them, ``spica
+sweep CONFIG`` in a new process after a warm-up sweep (``bench_startup.search_share``), optionally interleaved
+with a baseline commit. ``default_quality``: what a change to the designer's settings must keep: DEFAULT's best
+÷ optimum at 32 and 64 evaluations, 5 seeds, on recorded outcomes, and its live sweep, per space.
 """
 from __future__ import annotations
 
@@ -35,14 +43,12 @@ import argparse
 import json
 import os
 import pickle
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import date
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -51,13 +57,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import psutil  # noqa: E402
-from results_doc import DOCS, write_section  # noqa: E402
+from results_doc import DOCS, headline, provenance, write_results, write_section  # noqa: E402
 
 from spica_core.config.model import SmartSearchConfig  # noqa: E402
 from spica_core.evaluate import EvalPool, EvalRequest, Outcome, SequentialEvaluator  # noqa: E402
 from examples.make_traces import write_poisson_trace  # noqa: E402
 from spica_core.search import (  # noqa: E402
-    EvalCache, SearchContext, Tally, Trial, optimizer_for, optimizer_process, search_branches, thorough_proposals,
+    EvalCache, SearchContext, Tally, Trial, optimizer_for, optimizer_process, search_branches,
 )
 from spica_core.space.branches import Branch, enumerate_branches  # noqa: E402
 
@@ -354,143 +360,162 @@ def bench_peer(trace: Path, spica_best: float, optimum: float) -> dict[str, Any]
     return out
 
 
-def bench_upstream(trace: Path, spica: dict[str, Any]) -> dict[str, Any]:
-    """The upstream sweeper (``aisimulate recommend``, its own venv) on the 45-candidate space, exhaustive and
-    Bayesian at the default sweep's budget: wall time, unique evaluations, and its best re-scored by Spica."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    import peer_sweeper
-
-    from spica_core.evaluate import evaluate_one
-
-    out: dict[str, Any] = {}
-    base = {"search_space": SMALL_SPACE, "workload": {"trace_path": str(trace)},
-            "goal": {"target": "goodput_per_gpu", "sla": SLA}}
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, budget in (("exhaustive", None), ("bayesian", spica["budget"])):
-            run = peer_sweeper.run_upstream(SMALL_SPACE, trace, SLA, budget, "bayesian", Path(tmp) / name)
-            row = {k: run.get(k) for k in ("wall_s", "trials", "unique", "cpu_s", "error")}
-            if run.get("best") and not run.get("error"):
-                pinned = SmartSearchConfig.from_dict(peer_sweeper.spica_config_for(run["best"], base))
-                branch = enumerate_branches(pinned).branches[0]
-                context = SearchContext(pinned, str(trace), None)
-                proposal = next(iter(thorough_proposals(branch)))
-                row["rescored"] = evaluate_one(context.request(proposal, "peer")).score
-                row["rescored_ratio_to_optimum"] = row["rescored"] / spica["optimum"]
-            out[name] = row
-    print(f"[upstream] {out}", flush=True)
-    return out
-
-
 def median_range(values: Sequence[float]) -> str:
     return f"{statistics.median(values):.3f} ({min(values):.3f}–{max(values):.3f})"
 
 
-def write_docs(results: dict[str, Any]) -> None:
-    lines = [f"_Measured {results['date']} on {results['machine']}; {results['versions']}. Command: "
-             f"`{results['command']}` ({results['bench_wall_s'] / 60:.0f} min)._", ""]
-    for name, r in results["spaces"].items():
-        t = r["thorough"]
-        lines += [f"### {name}: {r['candidates']} candidates, optimum {t['optimum']:.1f} "
-                  f"(thorough {t['wall_s']:.0f} s, mean replay {t['mean_replay_s']:.2f} s)", "",
-                  "| algorithm | budget | best ÷ optimum, median (range) | unique ÷ suggestions | optimizer s, median |",
-                  "|---|---|---|---|---|"]
-        for algorithm, by_budget in r["quality"].items():
-            for budget, rows in by_budget.items():
-                lines.append(f"| {algorithm} | {budget} | {median_range([x['best_ratio'] for x in rows])} | "
-                             f"{min(x['unique_ratio'] for x in rows):.2f} | "
-                             f"{statistics.median(x['optimizer_s'] for x in rows):.1f} |")
-        top = str(max(map(int, r["quality"]["DEFAULT"])))
-        d64 = [x["best_ratio"] for x in r["quality"]["DEFAULT"][top]]
-        r64 = [x["best_ratio"] for x in r["quality"]["RANDOM_SEARCH"][top]]
-        s = r["live_default"]
-        lines += ["", f"DEFAULT beats random search at the largest budget in {sum(a > b for a, b in zip(d64, r64))} "
-                  f"of {len(d64)} seeds (ties: {sum(a == b for a, b in zip(d64, r64))}).", "",
-                  f"Live DEFAULT sweep, {s['evaluations']} evaluations, real replays, {WORKERS} workers: wall "
-                  f"{s['wall_s']:.1f} s = replay {s['replay_wall_s']:.1f} s (Σ {s['replay_s']:.1f} s ÷ {WORKERS}) + "
-                  f"optimizer {s['optimizer_s']:.1f} s + orchestration {s['orchestration_s']:.1f} s; time outside "
-                  f"replays ÷ wall = **{s['outside_replay_ratio']:.2f}**; unique ÷ suggestions "
-                  f"{s['unique_ratio']:.2f}.", ""]
-    if "real" in results:
-        s = results["real"]
-        lines += [f"**Real trace** (public Mooncake trace, 3,993 requests; Llama-3.1-70B on 16 × h200_sxm, vLLM, agg "
-                  f"+ disagg, {s['evaluations']} evaluations): wall {s['wall_s']:.0f} s = replay "
-                  f"{s['replay_wall_s']:.0f} s (Σ {s['replay_s']:.0f} s ÷ {WORKERS}) + the rest; optimizer "
-                  f"{s['optimizer_s']:.0f} s, mostly while replays ran; time outside replays ÷ wall = "
-                  f"**{s['outside_replay_ratio']:.2f}**; picks {s['methods']}.", ""]
-    for size, s in results.get("small", {}).items():
-        lines += [f"**{s['candidates']}-candidate space** (Qwen3-32B agg, 8 × h200_sxm): default sweep with a budget of "
-                  f"{s['budget']} ({s['default_evaluations']} evaluated, picks {s['methods']}) "
-                  f"{s['default_wall_s']:.1f} s vs thorough {s['thorough_wall_s']:.1f} s (medians of "
-                  f"{len(s.get('walls_s', {}).get('default', [0]))}, the order alternating): ratio "
-                  f"**{s['wall_ratio']:.2f}**; its best ÷ optimum {s['best_ratio']:.3f}.", ""]
-    if "upstream" in results:
-        u, s = results["upstream"], results["small"]["45"]
-        rows = [f"{name} {r['wall_s']:.0f} s for {r['unique']} unique of {r['trials']} trials, its best re-scored "
-                f"by Spica {r.get('rescored_ratio_to_optimum', float('nan')):.3f} of the optimum"
-                for name, r in u.items() if not r.get("error")]
-        lines += [f"**Peer: the upstream sweeper** (`aisimulate recommend`, its own venv) on the 45-candidate space: "
-                  + "; ".join(rows) + f". Spica on the same space: thorough {s['thorough_wall_s']:.0f} s, default "
-                  f"{s['default_wall_s']:.0f} s.", ""]
-    if "rss" in results:
-        r = results["rss"]
-        lines += [f"**RSS** over {r['suggestions']} GP-UCB-PE suggestions with caches kept: "
-                  f"{r['rss_mb'][1]:.0f} → {r['rss_mb'][-1]:.0f} MB (**{r['growth_after_second_ask']:+.1%}**).", ""]
-    if "quickstart" in results:
-        q = results["quickstart"]
-        lines += [f"**Quick start** (`spica sweep examples/quickstart.yaml`, empty compile and profile caches): "
-                  f"**{q['wall_s']:.0f} s** wall.", ""]
-    if "peer" in results:
-        p = results["peer"]
-        rows = "; ".join(f"{r['mode']} {r['parallel']}: {r['score'] if r['score'] is None else round(r['score'], 1)}"
-                         for r in p["rows"])
-        lines += [f"**Peer** (`aiconfigurator cli default`, {p['wall_s']:.0f} s) on the dense space: its picks "
-                  f"replayed on the trace: {rows}. Best ÷ Spica's best **{p['ratio_to_spica']:.3f}**, ÷ thorough "
-                  f"optimum {p['ratio_to_optimum']:.3f}.", ""]
+def _share(split: dict[str, Any]) -> str:
+    return f"{split['outside_replay_ratio']:.2f}"
+
+
+def _methods(methods: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in methods.items())
+
+
+def _timed_lines(s: dict[str, Any], rss: dict[str, Any] | None, small: dict[str, Any]) -> list[str]:
+    """The timed sweeps' table, the small spaces and RSS, from a ``full`` or ``live`` section."""
+    rows = [(f"{name}, DEFAULT", s[name]) for name in SPACES if name in s]
+    if "real" in s:
+        rows.append(("real trace (public Mooncake trace; Llama-3.1-70B, 16 × h200_sxm, agg + disagg)", s["real"]))
+    lines = ["| sweep | evaluations | wall | outside replays ÷ wall | best goodput, tok/s/GPU | picks |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {name} | {r['evaluations']} | {r['wall_s']:.1f} s | **{_share(r)}** | {r['best']:.1f} | "
+              f"{_methods(r['methods'])} |" for name, r in rows]
+    lines.append("")
+    for size, r in small.items():
+        pairs = len(r.get("walls_s", {}).get("default", []))
+        lines.append(f"- {r['candidates']}-candidate space (Qwen3-32B agg, 8 × h200_sxm; optimum "
+                     f"{r.get('optimum', float('nan')):.1f}), default at a budget of {r['budget']} "
+                     f"({r['default_evaluations']} evaluated) ÷ thorough, wall: **{r['wall_ratio']:.2f}** "
+                     f"({r['default_wall_s']:.2f} s vs {r['thorough_wall_s']:.2f} s"
+                     + (f", medians of {pairs} pairs, the order alternating" if pairs > 1 else ", one sweep each")
+                     + f"); the default's best ÷ optimum {r['best_ratio']:.3f}.")
+    if rss:
+        lines.append(f"- RSS of the optimizer process over {rss['suggestions']} GP-UCB-PE suggestions (dense disagg "
+                     f"branch): {rss['rss_mb'][1]:.0f} → {rss['rss_mb'][-1]:.0f} MB "
+                     f"(**{rss['growth_after_second_ask']:+.1%}**).")
+    return [*lines, ""]
+
+
+def write_docs(doc: dict[str, Any]) -> None:
+    """The ``bench_search`` block of docs/benchmarks.md from every section of search.json."""
+    lines: list[str] = []
+    full, live, cli, dq = (doc.get(k) for k in ("full", "live", "cli", "default_quality"))
+    if full:
+        spaces = full["spaces"]
+        lines += [f"**Quality on recorded outcomes**: {headline(full, full['bench_wall_s'] / 60)}. "
+                  "Best ÷ thorough optimum, median (range) over 5 seeds:", "",
+                  "| algorithm | budget | " + " | ".join(
+                      f"{name}: {r['candidates']} candidates, optimum {r['thorough']['optimum']:.1f}"
+                      for name, r in spaces.items()) + " |", "|---|---|" + "---|" * len(spaces)]
+        first = next(iter(spaces.values()))
+        for algorithm, by_budget in first["quality"].items():
+            for budget in by_budget:
+                lines.append(f"| {algorithm} | {budget} | " + " | ".join(
+                    median_range([x["best_ratio"] for x in r["quality"][algorithm][budget]])
+                    for r in spaces.values()) + " |")
+        unique = min(x["unique_ratio"] for r in spaces.values() for b in r["quality"].values()
+                     for rows in b.values() for x in rows)
+        beats = []
+        for name, r in spaces.items():
+            top = str(max(map(int, r["quality"]["DEFAULT"])))
+            d, q = ([x["best_ratio"] for x in r["quality"][a][top]] for a in ("DEFAULT", "RANDOM_SEARCH"))
+            beats.append(f"{name} {sum(a > b for a, b in zip(d, q))} of {len(d)} (ties: "
+                         f"{sum(a == b for a, b in zip(d, q))})")
+        lines += ["", f"Unique evaluations ÷ suggestions: {unique:.2f} at least, in every row. DEFAULT beats random "
+                  f"search at the largest budget in: {'; '.join(beats)}.", ""]
+        if "peer" in full and "error" not in full["peer"]:
+            p = full["peer"]
+            picks = "; ".join(f"{r['mode']} {r['parallel']}: "
+                              f"{'–' if r['score'] is None else round(r['score'], 1)}" for r in p["rows"])
+            lines += [f"- AI Configurator's own pick (`aiconfigurator cli default`, {p['wall_s']:.0f} s, "
+                      f"`bench/peer_aic.py`) on the dense space, replayed on the same trace: {picks}; best ÷ Spica's "
+                      f"live best **{p['ratio_to_spica']:.3f}**."]
+        if "quickstart" in full:
+            lines.append(f"- Quick start (`spica sweep examples/quickstart.yaml`, empty compile and profile caches): "
+                         f"**{full['quickstart']['wall_s']:.0f} s** wall.")
+        if not live or live.get("date", "") < full.get("date", ""):  # the newest run's timed figures only
+            timed = {name: r["live_default"] for name, r in spaces.items()}
+            lines += ["", "Its timed sweeps (64 evaluations, real replays, 2 workers):", ""]
+            lines += _timed_lines({**timed, **({"real": full["real"]} if "real" in full else {})},
+                                  full.get("rss"), full.get("small", {}))
+        else:
+            lines.append("")
+    if live:
+        lines += [f"**Timed sweeps on live replays**: {headline(live, live['bench_wall_s'] / 60)}; 2 workers:", ""]
+        lines += _timed_lines({**{name: live[f"live_{name}"] for name in SPACES if f"live_{name}" in live},
+                               **({"real": live["real"]} if "real" in live else {})}, live.get("rss"),
+                              live.get("small", {}))
+    if cli:
+        trees = {k: v for k, v in cli.items() if isinstance(v, dict) and set(v) <= set(SPACES) and v}
+        lines += [f"**The same sweeps as `spica sweep`**: {headline(cli)}. Per run: the search stage's share "
+                  "outside replays, the command's wall, its first replay:", "",
+                  "| tree | " + " | ".join(f"{n} share | {n} command wall | {n} first replay" for n in SPACES) + " |",
+                  "|---|" + "---|---|---|" * len(SPACES)]
+        for tree, by_space in trees.items():
+            cells = []
+            for name in SPACES:
+                r = by_space.get(name, {})
+                cells += [", ".join(f"{x:.2f}" for x in r.get("outside_replay_ratio_runs", []) if x is not None),
+                          ", ".join(f"{x:.0f}" for x in r.get("wall_runs_s", [])) + " s",
+                          ", ".join(f"{x:.1f}" for x in r.get("first_replay_runs_s", [])) + " s"]
+            lines.append(f"| {tree} | " + " | ".join(cells) + " |")
+        lines.append("")
+    if dq:
+        lines += [f"**DEFAULT on recorded outcomes**: {headline(dq)}. Best ÷ optimum, median (range) over 5 seeds; "
+                  "share outside replays of its live sweep:", ""]
+        for name, r in dq["spaces"].items():
+            by_budget = r["quality"]["DEFAULT"]
+            lines.append(f"- {name}: " + "; ".join(f"at {b} {median_range([x['best_ratio'] for x in rows])}"
+                                                   for b, rows in by_budget.items())
+                         + f"; live share {_share(r['live_default'])}.")
+        lines.append("")
     write_section("bench_search", "Search (`bench/bench_search.py`)", lines)
 
 
+def save(section: str, data: dict[str, Any]) -> None:
+    """Overwrite ``section`` of search.json, then the docs block from the whole file."""
+    doc = write_results(RESULTS, data, section)
+    write_docs(doc)
+    print(f"wrote section {section!r} of {RESULTS} and the bench_search block of {DOCS}", flush=True)
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="1 seed, budgets 16/32, no peer, no RSS")
-    ap.add_argument("--live", action="store_true",
-                    help="only what runs on live replays (the timed sweeps, small spaces, real trace, RSS, start-up), "
-                         "into bench/results/search_live.json")
-    ap.add_argument("--default-quality", action="store_true",
-                    help="only DEFAULT's best ÷ optimum at 32 and 64 evaluations (5 seeds) and its live sweep, per space")
-    ap.add_argument("--cli", action="store_true",
-                    help="only the dense and MoE timed sweeps, each as `spica sweep` in a new process (share of the "
-                         "search stage outside replays), into bench/results/search_cli.json")
-    ap.add_argument("--small", action="store_true",
-                    help="only the two small spaces, default vs thorough in alternated pairs (5 and 3), printed")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 2)[2])
+    modes = ap.add_mutually_exclusive_group()
+    modes.add_argument("--quick", action="store_true",
+                       help="smoke run: 1 seed, budgets 16/32, no real trace, peer or RSS; prints, writes nothing")
+    modes.add_argument("--live", action="store_true",
+                       help="only what runs on live replays (the timed sweeps, small spaces, real trace, RSS)")
+    modes.add_argument("--default-quality", action="store_true",
+                       help="only DEFAULT's best ÷ optimum at 32 and 64 evaluations (5 seeds) and its live sweep")
+    modes.add_argument("--cli", action="store_true",
+                       help="only the dense and MoE timed sweeps, each as `spica sweep` in a new process")
     ap.add_argument("--runs", type=int, default=2, help="with --cli: measured sweeps per space")
     ap.add_argument("--baseline", metavar="GIT_REF", help="with --cli: also measure this commit, interleaved")
     args = ap.parse_args()
+    TRACES.mkdir(parents=True, exist_ok=True)
     if args.cli:
-        out = {"date": date.today().isoformat(),
-               "command": "python bench/bench_search.py --cli" + (f" --baseline {args.baseline}" if args.baseline else ""),
-               **cli_shares(args.runs, args.baseline)}
-        (RESULTS.parent / "search_cli.json").write_text(json.dumps(out, indent=2, default=str))
+        command = f"python bench/bench_search.py --cli --runs {args.runs}" + (
+            f" --baseline {args.baseline}" if args.baseline else "")
+        save("cli", {**provenance(command), **cli_shares(args.runs, args.baseline)})
         return
     if args.live:
-        live_only()
-        return
-    if args.small:
-        small_only()
+        save("live", live_only())
         return
     if args.default_quality:
-        default_quality()
+        save("default_quality", default_quality())
         return
     started = time.perf_counter()
     seeds = [0] if args.quick else [0, 1, 2, 3, 4]
     budgets = [16, 32] if args.quick else [16, 32, 64]
-    TRACES.mkdir(parents=True, exist_ok=True)
     trace = make_trace("shared_prefix_3000", 3000)
     from importlib.metadata import version
 
     results: dict[str, Any] = {
-        "date": date.today().isoformat(), "command": "python bench/bench_search.py" + (" --quick" if args.quick else ""),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
-                   f"{psutil.virtual_memory().total / 2**30:.0f} GB, Python {platform.python_version()}",
+        **provenance("python bench/bench_search.py" + (" --quick" if args.quick else "")),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30),
         "versions": ", ".join(f"{p} {version(p)}" for p in ("ai-dynamo-runtime", "aiconfigurator-core",
                                                              "google-vizier", "jax", "prefect")),
         "spaces": {}}
@@ -505,8 +530,6 @@ def main() -> None:
         if not args.quick:
             results["real"] = bench_real(pool)
     if not args.quick:
-        results["upstream"] = bench_upstream(make_trace("shared_prefix_400", 400), results["small"]["45"])
-    if not args.quick:
         dense = results["spaces"]["dense"]
         results["rss"] = bench_rss(SPACES["dense"], trace, Recorded(recorded["dense"]), 200)
         live_best = max(dense["live_default"]["best"], 0.0)
@@ -517,22 +540,26 @@ def main() -> None:
             print(f"[peer] failed: {exc}", flush=True)
     results["quickstart"] = bench_quickstart()
     results["bench_wall_s"] = time.perf_counter() - started
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2, default=str))
-    if "error" in results.get("peer", {}):
-        results.pop("peer")
-    write_docs(results)
-    print(f"wrote {RESULTS.relative_to(ROOT)} and {DOCS.relative_to(ROOT)} in {results['bench_wall_s'] / 60:.1f} min")
+    if args.quick:
+        print(json.dumps(results, indent=1, default=str)[:5000])
+        return
+    save("full", results)
 
 
-def default_quality() -> None:
+def default_quality() -> dict[str, Any]:
     """DEFAULT's quality on recorded outcomes and its live sweep, per space: what a change to the designer's
-    settings must keep (the printed lines are the log in bench/results/search_quality_*.log)."""
+    settings must keep."""
+    started = time.perf_counter()
+    out: dict[str, Any] = {**provenance("python bench/bench_search.py --default-quality"), "spaces": {}}
     trace = make_trace("shared_prefix_3000", 3000)
-    TRACES.mkdir(parents=True, exist_ok=True)
     with EvalPool(WORKERS, max_eval_seconds=300) as pool:
+        ready_as_the_cli_is(pool)
         for name, space in SPACES.items():
-            bench_space(name, space, trace, [0, 1, 2, 3, 4], [32, 64], pool, algorithms=("DEFAULT",))
+            result, _ = bench_space(name, space, trace, [0, 1, 2, 3, 4], [32, 64], pool, algorithms=("DEFAULT",))
+            out["spaces"][name] = {k: result[k] for k in ("candidates", "quality", "live_default")}
+            out["spaces"][name]["optimum"] = result["thorough"]["optimum"]
+    out["bench_wall_s"] = time.perf_counter() - started
+    return out
 
 
 def ready_as_the_cli_is(pool: EvalPool, trace: bool = True) -> None:
@@ -578,25 +605,12 @@ def cli_shares(runs: int = 2, baseline: str | None = None) -> dict[str, Any]:
     return out
 
 
-def small_only() -> None:
-    """The default ÷ thorough wall of the two small spaces, in more alternated pairs than ``--live`` runs: a
-    sweep of the 45-candidate space takes about a second, so one pair is mostly noise."""
-    TRACES.mkdir(parents=True, exist_ok=True)
-    with EvalPool(WORKERS, max_eval_seconds=300) as pool:
-        ready_as_the_cli_is(pool)
-        small = {"45": bench_small("small-45", SMALL_SPACE, make_trace("shared_prefix_400", 400), pool, 3, PER_ROUND,
-                                   pairs=5),
-                 "90": bench_small("small-90", MEDIUM_SPACE, make_trace("shared_prefix_4000", 4000), pool, 8, 4)}
-    print(json.dumps({size: {k: s[k] for k in ("walls_s", "wall_ratio", "best_ratio", "methods")}
-                      for size, s in small.items()}, indent=1))
-
-
-def live_only() -> None:
-    """The timed part of the benchmark, in one run: every ratio below is measured within it."""
+def live_only() -> dict[str, Any]:
+    """The timed part of the benchmark, in one run: every ratio below is measured within it. (Start-up is
+    ``bench/bench_startup.py``'s.)"""
     started = time.perf_counter()
-    TRACES.mkdir(parents=True, exist_ok=True)
     trace = make_trace("shared_prefix_3000", 3000)
-    out: dict[str, Any] = {"date": date.today().isoformat(), "command": "python bench/bench_search.py --live"}
+    out: dict[str, Any] = provenance("python bench/bench_search.py --live")
     with EvalPool(WORKERS, max_eval_seconds=300) as pool:
         ready_as_the_cli_is(pool)
         for name, space in SPACES.items():
@@ -609,13 +623,8 @@ def live_only() -> None:
             "90": bench_small("small-90", MEDIUM_SPACE, make_trace("shared_prefix_4000", 4000), pool, 8, 4)}
         out["real"] = bench_real(pool)
         out["rss"] = bench_rss(SPACES["dense"], trace, pool, 200)
-    sys.path.insert(0, str(ROOT / "bench"))
-    from bench_startup import measure_startup
-
-    out["startup"] = measure_startup(runs=3)
     out["bench_wall_s"] = time.perf_counter() - started
-    (RESULTS.parent / "search_live.json").write_text(json.dumps(out, indent=2, default=str))
-    print(json.dumps({k: v for k, v in out.items() if k != "rss"}, default=str)[:3000])
+    return out
 
 
 if __name__ == "__main__":

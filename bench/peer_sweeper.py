@@ -1,7 +1,14 @@
-"""Peer column for the search benchmark: AISimulate's own sweeper (``aisimulate recommend``) on a Spica space.
+"""The upstream peer: AISimulate's own sweeper (``aisimulate recommend``) on a Spica space.
 
-    PYTHONPATH=. .venv/bin/python bench/peer_sweeper.py --small [--budget 24] [--workdir DIR]
-    PYTHONPATH=. .venv/bin/python bench/peer_sweeper.py --space SPACE.json --trace T.jsonl [--budget N]
+    PYTHONPATH=. .venv/bin/python bench/peer_sweeper.py --install     # the AISimulate venv (bench/.aisim-venv)
+    PYTHONPATH=. .venv/bin/python bench/peer_sweeper.py --small       # ~6 min: the benchmark (below)
+    PYTHONPATH=. .venv/bin/python bench/peer_sweeper.py --space SPACE.json --trace T.jsonl [--budget N]   # prints
+
+The benchmark (``--small``): the search benchmark's 45-candidate agg space (``SMALL_SPACE``, as
+``bench_search.SMALL_SPACE``) on a generated 400-request shared-prefix trace, the upstream sweeper exhaustive and
+Bayesian at ``--budget`` trials (24, the default sweep's budget on that space), each run's best re-scored by Spica
+(``spica evaluate --json`` on the config :func:`spica_config_for` writes). It overwrites
+``bench/results/peer_sweeper.json`` and the ``peer_sweeper`` block of ``docs/benchmarks.md``.
 
 ``run_upstream(space, trace_path, sla, budget, algorithm, workdir)`` runs the upstream sweeper on the same
 search a Spica ``search_space`` describes and returns ``{"wall_s", "trials", "unique", "best", "command",
@@ -447,8 +454,9 @@ def spica_config_for(best: dict, base_config: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     group = ap.add_mutually_exclusive_group(required=True)
-    group.add_argument("--small", action="store_true", help="the search benchmark's 45-candidate agg space, "
-                       "on a generated 400-request shared-prefix trace")
+    group.add_argument("--small", action="store_true", help="the benchmark: the search benchmark's 45-candidate "
+                       "agg space on a generated 400-request shared-prefix trace, exhaustive and Bayesian at --budget "
+                       "(default 24), each best re-scored by Spica; writes bench/results/peer_sweeper.json")
     group.add_argument("--space", type=Path, help="a JSON file with a Spica search_space")
     group.add_argument("--install", action="store_true", help="create the AISimulate venv and exit")
     ap.add_argument("--trace", type=Path, help="the Mooncake trace (with --space)")
@@ -467,18 +475,95 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or (REPO / "bench" / "traces" / "peer_sweeper"
                                / ("exhaustive" if args.budget is None else f"{args.algorithm}{args.budget}"))
     if args.small:
-        from examples.make_traces import write_poisson_trace
-
-        space = SMALL_SPACE
-        trace = write_poisson_trace(REPO / "bench" / "traces" / "peer_sweeper_small.jsonl", num_requests=400,
-                                    rate_rps=16.0, isl=3000, osl=300, prefix_groups=24, prefix_blocks=8, seed=7)
-    else:
-        if args.trace is None:
-            ap.error("--space needs --trace")
-        space, trace = json.loads(args.space.read_text()), args.trace
+        return small_benchmark(args.budget or 24, args.workdir, args.timeout)
+    if args.trace is None:
+        ap.error("--space needs --trace")
+    space, trace = json.loads(args.space.read_text()), args.trace
     result = run_upstream(space, trace, SLA, args.budget, args.algorithm, workdir, timeout_s=args.timeout)
     print(json.dumps(result, indent=1, default=str))
     return 0 if result["error"] is None else 1
+
+
+# ---------------------------------------------------------------- the benchmark
+
+RESULTS = REPO / "bench" / "results" / "peer_sweeper.json"
+
+
+def rescore(best: dict, base_config: dict, workdir: Path) -> dict:
+    """``spica evaluate --json`` on ``base_config`` pinned to the upstream's ``best``: Spica's own outcome."""
+    path = workdir / "rescore.yaml"
+    path.write_text(yaml.safe_dump(spica_config_for(best, base_config), sort_keys=False))
+    proc = subprocess.run([str(REPO / ".venv" / "bin" / "spica"), "evaluate", "--json", str(path)], cwd=REPO,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {"error": f"spica evaluate exited {proc.returncode}: {_tail(proc.stderr or proc.stdout)}"}
+    return json.loads(proc.stdout)
+
+
+def _same_candidate(a: dict | None, b: dict | None) -> bool:
+    return bool(a and b) and all(a.get(k) == b.get(k) for k in SAMPLE_CONFIG_KEYS)
+
+
+def small_benchmark(budget: int, workdir: Path | None, timeout_s: float) -> int:
+    """Exhaustive and Bayesian at ``budget`` on SMALL_SPACE, each best re-scored by Spica; writes RESULTS."""
+    from examples.make_traces import write_poisson_trace
+    from results_doc import provenance, write_results
+
+    trace = write_poisson_trace(REPO / "bench" / "traces" / "peer_sweeper_small.jsonl", num_requests=400,
+                                rate_rps=16.0, isl=3000, osl=300, prefix_groups=24, prefix_blocks=8, seed=7)
+    base = {"search_space": SMALL_SPACE, "workload": {"trace_path": str(trace)},
+            "goal": {"target": "goodput_per_gpu", "sla": SLA}, "sweep": {"max_eval_seconds": CANDIDATE_TIMEOUT_S}}
+    root = workdir or (REPO / "bench" / "traces" / "peer_sweeper")
+    out: dict[str, Any] = {
+        **provenance("PYTHONPATH=. .venv/bin/python bench/peer_sweeper.py --small"
+                     + ("" if budget == 24 else f" --budget {budget}")),
+        "space": f"Qwen3-32B agg, 8 x h200_sxm, vLLM, 45 candidates (bench_search.SMALL_SPACE), 400-request "
+                 f"shared-prefix trace, SLA {SLA['ttft_ms']}/{SLA['itl_ms']} ms; upstream with {DEFAULT_CPU_LIMIT} "
+                 f"workers, {DEFAULT_PARALLELISM} per round"}
+    for name, trials in (("exhaustive", None), (f"bayesian_{budget}", budget)):
+        out[name] = run_upstream(SMALL_SPACE, trace, SLA, trials, "bayesian", root / name, timeout_s=timeout_s)
+        print(f"[{name}] {json.dumps({k: out[name].get(k) for k in ('wall_s', 'trials', 'unique', 'error')})}",
+              flush=True)
+    if all(out[k].get("error") for k in ("exhaustive", f"bayesian_{budget}")):  # keep the last results
+        print(f"every upstream run failed; {RESULTS} left as it was", file=sys.stderr)
+        return 1
+    exhaustive, bayesian = out["exhaustive"].get("best"), out[f"bayesian_{budget}"].get("best")
+    if exhaustive:
+        out["rescored_best_by_spica"] = rescore(exhaustive, base, root / "exhaustive")
+    if bayesian and not _same_candidate(exhaustive, bayesian):
+        out["rescored_bayesian_best_by_spica"] = rescore(bayesian, base, root / f"bayesian_{budget}")
+    doc = write_results(RESULTS, out)
+    write_docs(doc)
+    print(f"wrote {RESULTS} and the peer_sweeper block of docs/benchmarks.md")
+    return 0 if all(out[k].get("error") is None for k in ("exhaustive", f"bayesian_{budget}")) else 1
+
+
+def write_docs(doc: dict) -> None:
+    """The ``peer_sweeper`` block of docs/benchmarks.md from peer_sweeper.json."""
+    from results_doc import headline, write_section
+
+    def best(r: dict) -> str:
+        b = r.get("best") or {}
+        shape = f"{b.get('replicas', '?')} × TP{b.get('tp', '?')}" if b.get("deployment_mode") == "agg" else "disagg"
+        return (f"{shape}, max_num_seqs {b.get('agg_max_num_seqs', '–')} (the upstream's score "
+                f"{b.get('score', float('nan')):.1f})")
+
+    lines = [f"{headline(doc)}. {doc['space']}.", ""]
+    for name in (k for k in doc if k == "exhaustive" or k.startswith("bayesian_")):
+        r = doc[name]
+        if r.get("error"):
+            lines.append(f"- {name}: unavailable ({r['error']}).")
+            continue
+        lines.append(f"- {name.replace('_', ' at ')}: **{r['wall_s']:.0f} s** wall ({r.get('cpu_s', float('nan')):.0f} "
+                     f"s CPU) for {r['unique']} unique of {r['trials']} trials; best {best(r)}.")
+    runs = [doc[k] for k in doc if k.startswith("bayesian_")]
+    same = bool(runs) and _same_candidate(doc.get("exhaustive", {}).get("best"), runs[0].get("best"))
+    for key, what in (("rescored_best_by_spica", "the exhaustive run's best" + (", also Bayesian's," if same else "")),
+                      ("rescored_bayesian_best_by_spica", "Bayesian's best")):
+        if isinstance(doc.get(key), dict) and doc[key].get("score") is not None:
+            lines.append(f"- {what[0].upper() + what[1:]} re-scored by Spica's evaluator: **{doc[key]['score']:.1f}** "
+                         f"tok/s/GPU goodput ({doc[key].get('status')}).")
+    write_section("peer_sweeper", "Peer: the upstream sweeper (`bench/peer_sweeper.py`)", lines)
 
 
 if __name__ == "__main__":

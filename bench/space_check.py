@@ -4,7 +4,11 @@ Each example runs in a fresh Python process (cold aiconfigurator caches, imports
 user waits for). Prints seconds per example and the ratio to the 60-second limit; exits 1 if any
 example is over the limit or fails.
 
-    PYTHONPATH=. python bench/bench_space.py [examples/*.yaml ...]
+    PYTHONPATH=. .venv/bin/python bench/space_check.py [examples/*.yaml ...]
+
+Not one of the maintained benchmarks (bench/README.md): a pass/fail check that writes no results file. Its
+``bench_one`` and ``LIMIT_SECONDS`` are what ``tests/test_branches.py::test_space_on_every_example_under_a_minute``
+(a slow test) runs.
 """
 from __future__ import annotations
 
