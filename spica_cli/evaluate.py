@@ -17,25 +17,11 @@ from spica_cli.exits import EXIT_NO_RESULT, EXIT_OK
 from spica_core.errors import SpicaError
 
 
-HEADLINE_ROWS = (
-    ("throughput", "output_throughput_tok_s", "tok/s"),
-    ("throughput per GPU", "output_throughput_tok_s_per_gpu", "tok/s/GPU"),
-    ("throughput per user", "mean_output_token_throughput_per_user", "tok/s/user"),
-    ("requests", "request_throughput_rps", "req/s"),
-    ("TTFT mean", "mean_ttft_ms", "ms"),
-    ("TTFT p99", "p99_ttft_ms", "ms"),
-    ("ITL mean", "mean_itl_ms", "ms"),
-    ("ITL p99", "p99_itl_ms", "ms"),
-    ("E2E mean", "mean_e2e_latency_ms", "ms"),
-    ("E2E p99", "p99_e2e_latency_ms", "ms"),
-    ("goodput", "goodput_output_throughput_tok_s", "tok/s"),
-    ("goodput requests", "goodput_request_throughput_rps", "req/s"),
-    ("prefix hit rate", "prefix_cache_reused_ratio", ""),
-    ("GPU-hours", "gpu_hours", "h"),
-    ("avg GPUs", "avg_gpus", ""),
-    ("completed", "completed_requests", "requests"),
-    ("planner ticks", "planner_total_ticks", ""),
-)
+HEADLINE_ROWS = ("output_throughput_tok_s", "output_throughput_tok_s_per_gpu", "mean_output_token_throughput_per_user",
+                 "request_throughput_rps", "mean_ttft_ms", "p99_ttft_ms", "mean_itl_ms", "p99_itl_ms",
+                 "mean_e2e_latency_ms", "p99_e2e_latency_ms", "goodput_output_throughput_tok_s",
+                 "goodput_request_throughput_rps", "prefix_cache_reused_ratio", "gpu_hours", "avg_gpus",
+                 "completed_requests", "planner_total_ticks")
 
 
 def unpinned_knobs(config: Any) -> list[str]:
@@ -95,7 +81,7 @@ def _fmt(value: Any) -> str:
 
 def render_text(outcome: Any, goal: Any, headroom: Any = None) -> str:
     from spica_core.emit.report import band_range
-    from spica_core.evaluate import headline
+    from spica_core.evaluate import METRICS, headline
 
     sample = outcome.candidate.to_sample()
     lines = ["candidate (flat sample):"]
@@ -107,9 +93,10 @@ def render_text(outcome: Any, goal: Any, headroom: Any = None) -> str:
     if outcome.feasible:
         head = headline(outcome.report)
         lines.append("metrics:")
-        for label, key, unit in HEADLINE_ROWS:
+        for key in HEADLINE_ROWS:
             if key in head:
-                lines.append(f"  {label:<20} {_fmt(head[key]):>14} {unit}")
+                metric = METRICS[key]
+                lines.append(f"  {metric.label:<20} {_fmt(head[key]):>14} {metric.unit}")
         for key, label in (("ttft_ms", "TTFT"), ("itl_ms", "ITL")):
             band = outcome.bands.get(key)
             if band is not None:

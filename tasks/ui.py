@@ -16,9 +16,9 @@ from prefect.context import FlowRunContext
 from prefect.logging import get_run_logger
 
 from spica_core.config.model import SmartSearchConfig
-from spica_core.evaluate import attainment, meets_sla, raw_value
+from spica_core.evaluate import attainment, meets_sla, metric_or_fallback, objective_metric, raw_value
 from spica_core.emit import CandidateRecord, fmt
-from spica_core.emit.report import OBJECTIVE_LABELS, attainment_text, band_range, percent
+from spica_core.emit.report import attainment_text, band_range, percent
 from spica_core.search import RankedCandidate, Tally, Trial
 
 
@@ -40,12 +40,12 @@ def objective_value(config: SmartSearchConfig, score: float | None) -> float | N
 
 def _score_text(config: SmartSearchConfig, score: float | None) -> str:
     target = config.goal.objectives[0].value
-    _, unit = OBJECTIVE_LABELS.get(target, (target, ""))
+    unit = objective_metric(target).unit
     return fmt(objective_value(config, score), unit)
 
 
 def _sla_text(config: SmartSearchConfig, metrics: dict[str, float], key: str, bound: float | None) -> str:
-    value = metrics.get(key)
+    value = metric_or_fallback(metrics, key)
     if value is None:
         return "—"
     text = fmt(value, "ms")
@@ -70,7 +70,7 @@ def candidate_row(config: SmartSearchConfig, rank: int | None, trial: Trial | Ra
         "score": _score_text(config, trial.score) if trial.score is not None else "—",
         "SLA attainment": attainment_text(attainment(metrics), meets_sla(config.goal, metrics)),
         "TTFT (SLA)": _sla_text(config, metrics, "mean_ttft_ms", sla.ttft_ms if sla else None),
-        "ITL (SLA)": _sla_text(config, metrics, "mean_itl_ms" if "mean_itl_ms" in metrics else "mean_tpot_ms",
+        "ITL (SLA)": _sla_text(config, metrics, "mean_itl_ms",
                                sla.itl_ms if sla else None),
         **{f"{name} on measured GPUs": band_range(trial.bands.get(key)) for key, name in (("ttft_ms", "TTFT"),
                                                                                          ("itl_ms", "ITL"))},
@@ -179,7 +179,7 @@ def publish_summary(run_id: str, config: SmartSearchConfig, records: Sequence[Ca
                      "replays' run-to-run spread"] if w.tied_with else []),
                   f"- settings: {c.knobs_label()}",
                   f"- TTFT: {_sla_text(config, dict(w.metrics), 'mean_ttft_ms', sla.ttft_ms if sla else None)}",
-                  f"- ITL: {_sla_text(config, dict(w.metrics), 'mean_tpot_ms', sla.itl_ms if sla else None)}",
+                  f"- ITL: {_sla_text(config, dict(w.metrics), 'mean_itl_ms', sla.itl_ms if sla else None)}",
                   f"- throughput: {fmt(w.metrics.get('output_throughput_tok_s'), 'tok/s')}",
                   f"- headroom: {headroom.text() if headroom else 'no SLA, so no headroom' if sla is None else '—'}",
                   f"- found in round {w.round + 1}, trial {w.trial + 1}"]

@@ -118,3 +118,16 @@ def test_pareto_front_respects_minimised_objectives() -> None:
           C("slow", 0, 1, {"throughput": 100, "e2e_latency": 900}),
           C("big", 0, 1, {"throughput": 300, "e2e_latency": 2000})]
     assert [c.name for c in pareto_front(cs, objs)] == ["fast", "big"]
+
+
+def test_one_metric_registry_labels_and_falls_back() -> None:
+    from spica_core.evaluate import METRICS, derived_metrics, metric_or_fallback, objective_metric
+
+    assert metric_or_fallback({"mean_tpot_ms": 12.0}, "mean_itl_ms") == 12.0          # ITL falls back to TPOT
+    assert metric_or_fallback({"mean_itl_ms": 11.0, "mean_tpot_ms": 12.0}, "mean_itl_ms") == 11.0
+    assert metric_or_fallback({"mean_tpot_ms": 12.0}, "mean_ttft_ms") is None
+    assert (objective_metric("min_gpus").unit, objective_metric("min_gpus").higher_is_better) == ("GPUs", False)
+    assert objective_metric("goodput_per_gpu").label == "goodput per GPU"
+    assert METRICS["mean_ttft_ms"].higher_is_better is False and METRICS["goodput_output_throughput_tok_s"].unit == "tok/s"
+    d = derived_metrics({"gpu_hours": 2.0, "duration_ms": 3_600_000.0, "output_throughput_tok_s": 100.0}, 4)
+    assert (d["avg_gpus"], d["output_throughput_tok_s_per_gpu"], d["used_gpus"]) == (2.0, 50.0, 4.0)

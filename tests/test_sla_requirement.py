@@ -254,3 +254,21 @@ def test_a_front_where_none_meets_says_so() -> None:
     text = render_markdown(replace(inputs, records=missing, pareto=True), {})
     assert "**No candidate meets the SLA requirement** (90 % of requests within the SLA); the front is drawn over all" \
         in section(text, "Results")
+
+
+def test_the_prefect_tables_show_attainment_and_the_itl_fallback() -> None:
+    from tasks.ui import candidate_row
+    from tests.test_report import scalar_inputs
+
+    inputs = scalar_inputs()
+    winner = next(t for t in inputs.trials if t.mode == "disagg" and t.score == 1800.0)
+    row = candidate_row(inputs.config, 1, winner)
+    assert row["SLA attainment"] == "0.95 (meets)"
+    assert row["ITL (SLA)"] == "10.0 ms ≤ 50.0 ms"
+    small = next(t for t in inputs.trials if t.score == 900.0)
+    assert candidate_row(inputs.config, 3, small)["SLA attainment"] == "0.80 (misses)"
+    from dataclasses import replace
+
+    tpot_only = replace(winner, metrics={k: v for k, v in winner.metrics.items() if k != "mean_itl_ms"}
+                        | {"mean_tpot_ms": 12.0})
+    assert candidate_row(inputs.config, 1, tpot_only)["ITL (SLA)"] == "12.0 ms ≤ 50.0 ms"   # ITL falls back to TPOT

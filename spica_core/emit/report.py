@@ -29,7 +29,8 @@ from spica_core.evaluate.bands import Band
 from spica_core.errors import SpicaError
 from spica_core.deployment import Candidate
 from spica_core.evaluate.evaluator import Status
-from spica_core.evaluate.scoring import avg_gpu, minimised, raw_value
+from spica_core.evaluate.metrics import METRICS, derived_metrics, metric_or_fallback, objective_metric
+from spica_core.evaluate.scoring import minimised, raw_value
 from spica_core.store import write_file
 from spica_core.search.trials import Tally, Trial, reason_class
 from spica_core.space.branches import config_strategy
@@ -75,34 +76,12 @@ class ReportFiles:
 
 # ---------------------------------------------------------------- metrics and number formatting
 
-OBJECTIVE_LABELS: dict[str, tuple[str, str]] = {       # objective -> (label, unit)
-    "throughput": ("throughput", "tok/s"),
-    "throughput_per_gpu": ("throughput per GPU", "tok/s/GPU"),
-    "throughput_per_user": ("throughput per user", "tok/s/user"),
-    "e2e_latency": ("mean E2E latency", "ms"),
-    "goodput": ("goodput", "tok/s"),
-    "goodput_per_gpu": ("goodput per GPU", "tok/s/GPU"),
-    "min_gpus": ("GPUs (time-averaged)", "GPUs"),
-}
-
-# (label, metric key, unit, higher is better): the winner / runner-up comparison, in this order
-COMPARED: tuple[tuple[str, str, str, bool], ...] = (
-    ("TTFT mean", "mean_ttft_ms", "ms", False),
-    ("TTFT p99", "p99_ttft_ms", "ms", False),
-    ("ITL mean", "mean_itl_ms", "ms", False),
-    ("ITL p99", "p99_itl_ms", "ms", False),
-    ("TPOT mean", "mean_tpot_ms", "ms", False),
-    ("E2E mean", "mean_e2e_latency_ms", "ms", False),
-    ("E2E p99", "p99_e2e_latency_ms", "ms", False),
-    ("throughput", "output_throughput_tok_s", "tok/s", True),
-    ("throughput per GPU", "output_throughput_tok_s_per_gpu", "tok/s/GPU", True),
-    ("throughput per user", "mean_output_token_throughput_per_user", "tok/s/user", True),
-    ("goodput", "goodput_output_throughput_tok_s", "tok/s", True),
-    ("goodput per GPU", "goodput_output_throughput_tok_s_per_gpu", "tok/s/GPU", True),
-    ("GPUs", "used_gpus", "", False),
-    ("avg GPUs", "avg_gpus", "", False),
-    ("GPU-hours", "gpu_hours", "h", False),
-)
+# the winner / runner-up comparison, in this order (labels, units and directions: evaluate/metrics.py)
+COMPARED = tuple(METRICS[k] for k in (
+    "mean_ttft_ms", "p99_ttft_ms", "mean_itl_ms", "p99_itl_ms", "mean_tpot_ms", "mean_e2e_latency_ms",
+    "p99_e2e_latency_ms", "output_throughput_tok_s", "output_throughput_tok_s_per_gpu",
+    "mean_output_token_throughput_per_user", "goodput_output_throughput_tok_s",
+    "goodput_output_throughput_tok_s_per_gpu", "used_gpus", "avg_gpus", "gpu_hours"))
 
 
 def _signed_fmt(delta: float, unit: str) -> str:
@@ -119,22 +98,9 @@ def _difference(a: float, b: float, unit: str) -> str:
     return text
 
 
-def derived_metrics(metrics: Mapping[str, float], used_gpus: int | None = None) -> dict[str, float]:
-    """The metrics plus what follows from them: time-averaged GPUs and the per-GPU rates."""
-    out = {k: float(v) for k, v in metrics.items() if v is not None}
-    g = out.get("avg_gpus") or avg_gpu(out)
-    if g > 0:
-        out.setdefault("avg_gpus", g)
-        for key in ("output_throughput_tok_s", "goodput_output_throughput_tok_s"):
-            if key in out:
-                out.setdefault(f"{key}_per_gpu", out[key] / g)
-    if used_gpus is not None:
-        out["used_gpus"] = float(used_gpus)
-    return out
-
-
 def _target_label(objective: str) -> tuple[str, str]:
-    return OBJECTIVE_LABELS.get(objective, (objective, ""))
+    metric = objective_metric(objective)
+    return metric.label, metric.unit
 
 
 def _direction(objective: str) -> str:
@@ -490,7 +456,7 @@ def _candidates_table(inputs: ReportInputs, goal: _Goal) -> list[str]:
         if robust:
             values.append(fmt(goal.raw(r.metrics["plain_score"]), _target_label(goal.first)[1])
                           if "plain_score" in r.metrics else "—")
-        itl = m.get("mean_itl_ms", m.get("mean_tpot_ms"))
+        itl = metric_or_fallback(m, "mean_itl_ms")
         link = inputs.manifests.get(r.rank)
         manifest = f"[{link}]({link})" if link else ("emitted" if r.rank in emitted else "")
         rows.append([rank_label(r), c.mode, c.backend, c.parallel.label(), config_strategy(c.parallel), r.used_gpus,
@@ -626,7 +592,8 @@ def _metrics_table(columns: Sequence[tuple[str, CandidateRecord]], diff: bool = 
     values = [derived_metrics(r.metrics, r.used_gpus) for _, r in columns]
     header = ["metric", *(name for name, _ in columns)] + (["difference"] if diff else [])
     rows = []
-    for label, key, unit, _ in COMPARED:
+    for metric in COMPARED:
+        label, key, unit = metric.label, metric.key, metric.unit
         if not any(key in v for v in values):
             continue
         row = [label, *(fmt(_value(key, v.get(key)), unit) for v in values)]
@@ -640,12 +607,13 @@ def _metrics_table(columns: Sequence[tuple[str, CandidateRecord]], diff: bool = 
 def gives_up(winner: Mapping[str, float], runner: Mapping[str, float]) -> list[tuple[str, float, float, str]]:
     """(label, winner value, runner-up value, unit) for every compared metric where the runner-up is better."""
     out = []
-    for label, key, unit, higher in COMPARED:
+    for metric in COMPARED:
+        key = metric.key
         if key not in winner or key not in runner:
             continue
         a, b = winner[key], runner[key]
-        if (a < b) if higher else (a > b):
-            out.append((label, _value(key, a), _value(key, b), unit))
+        if (a < b) if metric.higher_is_better else (a > b):
+            out.append((metric.label, _value(key, a), _value(key, b), metric.unit))
     return out
 
 
@@ -685,7 +653,7 @@ def _aic_section(inputs: ReportInputs) -> list[str]:
         if getattr(est, "kv_cache_warning", None):
             lines += [f"  AIC warns: {est.kv_cache_warning}", ""]
         m = derived_metrics(r.metrics)
-        tpot = m.get("mean_tpot_ms", m.get("mean_itl_ms"))
+        tpot = metric_or_fallback(m, "mean_tpot_ms")
         pairs = (("TTFT mean", est.ttft_ms, m.get("mean_ttft_ms"), "ms"),
                  ("TPOT / ITL mean", est.tpot_ms, tpot, "ms"),
                  ("throughput", est.output_throughput_tok_s, m.get("output_throughput_tok_s"), "tok/s"),
@@ -1034,4 +1002,4 @@ def write_report(folder: Path, inputs: ReportInputs) -> ReportFiles:
 
 
 __all__ = ["ReportFiles", "ReportInputs", "render_html", "render_markdown", "write_report", "fmt",
-           "derived_metrics", "gives_up", "band_range", "attainment_text", "percent", "rank_label", "trace_profile", "progress_series", "backend_groups", "PLOT_NAMES"]
+           "gives_up", "band_range", "attainment_text", "percent", "rank_label", "trace_profile", "progress_series", "backend_groups", "PLOT_NAMES"]

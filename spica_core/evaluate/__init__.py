@@ -19,6 +19,8 @@ _FROM: dict[str, str] = {
     **dict.fromkeys(("make_evaluator",), "evaluators"),
     **dict.fromkeys(("find_headroom", "headroom_job", "Headroom"), "headroom"),
     **dict.fromkeys(("Job", "run_job", "run_jobs"), "jobs"),
+    **dict.fromkeys(("Metric", "METRICS", "OBJECTIVES", "derived_metrics", "metric_or_fallback", "objective_metric"),
+                    "metrics"),
     **dict.fromkeys(("abandon_all", "EvalPool", "SequentialEvaluator"), "pool"),
     **dict.fromkeys(("ReplaySpread", "replay_is_exact", "replay_spread", "spread_job"), "repeats"),
     **dict.fromkeys(("load_serving",), "serving"),
@@ -41,6 +43,9 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from spica_core.evaluate.evaluators import make_evaluator
     from spica_core.evaluate.headroom import find_headroom, headroom_job, Headroom
     from spica_core.evaluate.jobs import Job, run_job, run_jobs
+    from spica_core.evaluate.metrics import (
+        Metric, METRICS, OBJECTIVES, derived_metrics, metric_or_fallback, objective_metric,
+    )
     from spica_core.evaluate.pool import abandon_all, EvalPool, SequentialEvaluator
     from spica_core.evaluate.repeats import ReplaySpread, replay_is_exact, replay_spread, spread_job
     from spica_core.evaluate.serving import load_serving
@@ -54,7 +59,7 @@ __all__ = [
     "abandon_all", "attainment", "avg_gpu", "Band", "bands_from_dict", "bands_to_dict", "candidate_metrics",
     "ClusterEvaluator", "sigint_blocked", "start_child", "EvalPool", "EvalRequest", "evaluate_one", "Evaluator",
     "find_headroom", "headline", "headroom_job", "Headroom", "is_feasible", "Job", "load_bands", "load_serving",
-    "make_evaluator",
+    "make_evaluator", "Metric", "METRICS", "OBJECTIVES", "derived_metrics", "metric_or_fallback", "objective_metric",
     "meets_sla", "metric_value", "minimised", "objective_vector", "Outcome", "POLL_S", "raw_value",
     "ReplaySpread", "replay_is_exact", "replay_spread", "run_job", "run_jobs", "score_report", "search_value", "SequentialEvaluator", "signed",
     "sla_kwargs", "spread_job", "Status",
