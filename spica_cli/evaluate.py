@@ -25,7 +25,7 @@ HEADLINE_ROWS = ("output_throughput_tok_s", "output_throughput_tok_s_per_gpu", "
 
 
 def unpinned_knobs(config: Any) -> list[str]:
-    """Knobs that apply to the single candidate (after §2.11 pruning) but still list several values."""
+    """Knobs that apply to the single candidate (after pruning) but still list several values."""
     from spica_core.config.pruning import branch_knob_choices
     from spica_core.config.policies import scaling_flags
 

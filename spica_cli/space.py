@@ -150,7 +150,7 @@ def render_text(doc: dict[str, Any]) -> str:
 
 
 def compute_space(config: SmartSearchConfig) -> dict[str, Any]:
-    """Policy filter for the goal (§7.1 step 3), then branches (step 4), as the JSON document."""
+    """Policy filter for the goal, then branches (step 4), as the JSON document."""
     from spica_core.config.policies import filter_for_goal, with_policies
 
     policies = filter_for_goal(config)

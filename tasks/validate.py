@@ -21,7 +21,7 @@ class ValidatedRun:
     """What later stages need: the config, where the run lives and what the trace file is."""
 
     config: SmartSearchConfig           # as the user wrote it (normalised); what config.parquet holds
-    search_config: SmartSearchConfig    # after the goal's planner-policy filtering (§7.1 step 3)
+    search_config: SmartSearchConfig    # after the goal's planner-policy filtering
     policies: PolicyFilter
     identity: RunIdentity
     run_dir: RunDir

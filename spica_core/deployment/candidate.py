@@ -2,7 +2,7 @@
 
 A :class:`Candidate` holds mode, backend and version, the parallel config, the precision, per-role
 engine knobs, the router, the planner and its load predictor. Its wire format, for the replay's inputs and for
-every file, is the flat unrolled sample of reference §9.1: ``to_sample()`` writes exactly the keys
+every file, is the flat unrolled sample: ``to_sample()`` writes exactly the keys
 that apply (irrelevant knobs are absent, never sentinels) and ``from_sample()`` reads them back.
 """
 from __future__ import annotations
@@ -156,7 +156,7 @@ class PlannerChoice:
 
 @dataclass(frozen=True)
 class KVLoad:
-    """§5.3: the KV capacity a kv_load_ratio workload was sized against."""
+    """The KV capacity a kv_load_ratio workload was sized against."""
 
     ratio: float
     capacity_tokens: int
@@ -253,7 +253,7 @@ class Candidate:
         return cls(mode, backend, _build(Context, pinned), _build(HostOffload, pinned), parallel, engines, router,
                    planner, precision)
 
-    # ------------------------------------------------------------ the §9.1 wire format
+    # ------------------------------------------------------------ the wire format
 
     def knobs_label(self) -> str:
         """Precision, batching, router and planner, compactly: what tells two rows of the same shape apart."""
@@ -266,7 +266,7 @@ class Candidate:
         return f"{self.precision.label()} {batch} {router}{planner}"
 
     def to_sample(self) -> dict[str, Any]:
-        """The flat unrolled sample (§9.1), plus the run fields once resolved."""
+        """The flat unrolled sample, plus the run fields once resolved."""
         out: dict[str, Any] = {"deployment_mode": self.mode, "backend": self.backend, **self.precision.fields()}
         out.update(_as_dict(self.context))
         out.update(_as_dict(self.offload))

@@ -1,4 +1,4 @@
-"""The planner in the loop (reference §9.5): Dynamo's planner rules as a replay scaling policy."""
+"""The planner in the loop: Dynamo's planner rules as a replay scaling policy."""
 from spica_core.planner.budget import Budget
 from spica_core.planner.estimates import PassModel
 from spica_core.planner.policy import PlannerPolicy, make_policy, merge_traffic

@@ -1,4 +1,4 @@
-"""GPU budgets (planner §2.5): the band every decision must respect, and its per-role view."""
+"""GPU budgets: the band every decision must respect, and its per-role view."""
 from __future__ import annotations
 
 import math

@@ -1,4 +1,4 @@
-"""What the sla planner estimates (planner §2.3): forward-pass times and the "next request" TTFT/ITL.
+"""What the sla planner estimates: forward-pass times and the "next request" TTFT/ITL.
 
 The forward-pass-time model is the candidate's own aiconfigurator-core profile (the table the
 simulator uses), so planner and simulator agree on step times.

@@ -1,4 +1,4 @@
-"""The load loop (planner §2): each role's opinion of its replica count from the latest FPMs, then one decision.
+"""The load loop: each role's opinion of its replica count from the latest FPMs, then one decision.
 
 Two rules, chosen by the goal's planner ``optimization_target``: easy mode (``throughput`` /
 ``latency``) moves ±1 on fixed thresholds; ``sla`` mode predicts the next request's TTFT/ITL on

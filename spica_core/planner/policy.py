@@ -1,8 +1,8 @@
 """The planner in the loop: a replay ``scaling_policy`` that decides replica counts like Dynamo's planner.
 
 Dynamo's own planner cannot run here (it needs packages that are not installable), so this is a
-re-implementation of its documented policy (spec/planner.md, reference §9.5), driven through the
-runtime's ``scaling_policy`` hook (replay-engine §8.1): ``initial_tick_ms()`` and
+re-implementation of its documented policy, driven through the
+runtime's ``scaling_policy`` hook: ``initial_tick_ms()`` and
 ``on_tick(snapshot) -> {target_prefill, target_decode, next_tick_ms}``.
 
 This module keeps the tick bookkeeping (FPM cache, pending traffic, in-flight targets, due loops)
@@ -29,7 +29,7 @@ _TRAFFIC_WEIGHTED = (("avg_isl", "shape_count"), ("avg_osl", "shape_count"), ("a
 
 
 def merge_traffic(a: Mapping[str, Any] | None, b: Mapping[str, Any]) -> dict[str, Any]:
-    """Sum durations and arrivals; average the rest weighted by their counts (planner §3.1)."""
+    """Sum durations and arrivals; average the rest weighted by their counts."""
     if not a:
         return dict(b)
     out = dict(a)

@@ -109,7 +109,7 @@ class PlannerSettings:
 
 @dataclass(frozen=True)
 class RoleCapability:
-    """What the planner knows about one role's engines (replay planner §1.2)."""
+    """What the planner knows about one role's engines."""
 
     gpus_per_replica: int
     max_kv_tokens: int              # num_gpu_blocks × block_size × dp_size

@@ -1,4 +1,4 @@
-"""The throughput loop (planner §3): forecast the next interval's load and size the pools from engine capacity."""
+"""The throughput loop: forecast the next interval's load and size the pools from engine capacity."""
 from __future__ import annotations
 
 import math
@@ -85,7 +85,7 @@ class ThroughputLoop:
         return self.pools.fit_ceiling(ready, out)
 
     def engine_rps(self, role: str, pred_isl: float, pred_osl: float) -> float | None:
-        """Requests/s one engine sustains at the SLA (highest-rps point if no batch meets it; planner §3.3)."""
+        """Requests/s one engine sustains at the SLA (highest-rps point if no batch meets it)."""
         f = self.est.models[role]
         if not f.ready:
             return None

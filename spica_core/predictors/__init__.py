@@ -1,4 +1,4 @@
-"""Load predictors (reference §8): the planner's forecasting families and the sub-sweep that picks one."""
+"""Load predictors: the planner's forecasting families and the sub-sweep that picks one."""
 from spica_core.predictors.families import (
     FAMILIES,
     ArimaPredictor,

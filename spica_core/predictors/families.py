@@ -1,4 +1,4 @@
-"""The planner's four load-predictor families (reference §8.5, spec/planner.md §3.2) behind one registry.
+"""The planner's four load-predictor families behind one registry.
 
 Our own implementation of the behaviour the planner documents, so a sub-sweep winner forecasts
 like what the planner would run. Each family builds itself from a load_predictor_candidates

@@ -1,4 +1,4 @@
-"""The sub-sweep's forecast loss (reference §8.4): weighted log errors of one window's forecast."""
+"""The sub-sweep's forecast loss: weighted log errors of one window's forecast."""
 from __future__ import annotations
 
 import math

@@ -1,4 +1,4 @@
-"""Load-predictor sub-sweep (reference §8): pick the planner's load predictor per throughput interval.
+"""Load-predictor sub-sweep: pick the planner's load predictor per throughput interval.
 
 Dynamo's planner forecasts the next throughput window's request count, mean ISL and mean OSL
 with one of four predictor families (``families``). Which family forecasts best depends on the
@@ -25,7 +25,7 @@ from spica_core.predictors.families import Entry, LoadPredictor, entry_fields, f
 from spica_core.predictors.loss import window_loss
 from spica_core.predictors.windows import Window, read_arrivals, windows_from_arrivals
 
-# Reasons (§8.1). The swept reason gets "; no_winner_fallback_constant_last@[…]" when some
+# Reasons. The swept reason gets "; no_winner_fallback_constant_last@[…]" when some
 # interval had no finite loss.
 REASON_NO_THROUGHPUT: Final = "no_throughput_scaling_candidate"
 REASON_STATIC: Final = "static_workload_constant"
@@ -96,7 +96,7 @@ def _entry_json(entry: Entry) -> str:
     return json.dumps(entry, sort_keys=True)
 
 
-# ---------------------------------------------------------------- evaluation (§8.3)
+# ---------------------------------------------------------------- evaluation
 
 
 def common_warmup(entries: Sequence[Entry]) -> int:
@@ -172,7 +172,7 @@ def sweep_windows(windows_by_interval: Mapping[int, Sequence[Window]], entries: 
 
 def sweep_load_predictor(config: SmartSearchConfig, trace_path: Path | None,
                          kept_policies: Sequence[Entry]) -> LoadPredictorResult:
-    """The §8 sub-sweep: skip without throughput scaling, constant for synthetic load, else grid-search."""
+    """Sub-sweep: skip without throughput scaling, constant for synthetic load, else grid-search."""
     intervals = throughput_intervals(list(kept_policies))
     if not intervals:
         return LoadPredictorResult(best_by_interval={}, losses={}, reason=REASON_NO_THROUGHPUT)

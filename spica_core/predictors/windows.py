@@ -1,4 +1,4 @@
-"""Per-interval trace windows (reference §8.2): what the planner's throughput loop would observe."""
+"""Per-interval trace windows: what the planner's throughput loop would observe."""
 from __future__ import annotations
 
 from dataclasses import dataclass

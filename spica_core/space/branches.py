@@ -1,12 +1,12 @@
-"""Search branches: one per deployment mode, with its viable backends, config pool and knobs (§7.1 step 4).
+"""Search branches: one per deployment mode, with its viable backends, config pool and knobs.
 
 Two stages, each with its own artifact:
 
 1. :func:`legal_space` — per mode × backend, is the pair runnable (replay support, perf DB) and
-   which parallel configs are legal (§2.12 steps 2–7, §2.13 rules). No memory estimate yet.
+   which parallel configs are legal (``enumeration``). No memory estimate yet.
    Rows: ``branches.parquet``; :meth:`LegalSpace.from_rows` rebuilds the same space from them.
-2. :func:`kv_filter` — estimate KV per distinct (backend, shape) (§2.12 step 8), drop infeasible
-   configs and empty backends / modes, prune dead knobs (§2.11) and build the :class:`Branch`
+2. :func:`kv_filter` — estimate KV per distinct (backend, shape), drop infeasible
+   configs and empty backends / modes, prune dead knobs and build the :class:`Branch`
    objects the study uses. Rows: ``shapes.parquet``; :func:`records_from_rows` reads them back, so
    a resumed run builds its branches without a single memory estimate.
 
@@ -173,7 +173,7 @@ class LegalSpace:
         """The space :meth:`rows` was written from, without enumerating again.
 
         Facts are cached reads. The one thing the rows do not list, a derived pair's worker shapes,
-        comes from the pure §2.12 shape rules (no aiconfigurator-core call).
+        comes from the pure shape rules (no aiconfigurator-core call).
         """
         ss = config.search_space
         model = model_facts(ss.model_name)
@@ -271,14 +271,14 @@ class Branch:
     backends: tuple[str, ...]                                  # viable, in configured order
     pool: tuple[ParallelConfig, ...]                           # union over variants, deterministic order
     supported: Mapping[ParallelConfig, tuple[Variant, ...]]    # the variants each config is KV-feasible on
-    knob_choices: Mapping[str, list[Any]]                      # includes the VARIANT_KNOBS; after §2.11 pruning
+    knob_choices: Mapping[str, list[Any]]                      # includes the VARIANT_KNOBS; after pruning
     float_ranges: Mapping[str, tuple[float, float]]            # ranged kv_load_ratio
     gpu_budget: int
     pinned: bool = False
 
     @property
     def is_strict_pin(self) -> bool:
-        """One config: no parallel dimensions and no projection (§2.13)."""
+        """One config: no parallel dimensions and no projection."""
         return len(self.pool) == 1
 
     @property
@@ -306,7 +306,7 @@ class Branch:
         return tuple(c for c in self.pool if variant in self.supported[c])
 
     def knob_params(self) -> list[Param]:
-        """§7.3 rows for the knobs: one Param per knob with more than one distinct choice."""
+        """Rows for the knobs: one Param per knob with more than one distinct choice."""
         params: list[Param] = []
         for name, choices in self.knob_choices.items():
             if len(choices) <= 1:
@@ -376,7 +376,7 @@ ShapeKey = tuple[str, Precision, Shape]   # (backend, precision, worker shape)
 
 
 def estimate_shapes(space: LegalSpace) -> dict[ShapeKey, ShapeKV]:
-    """§2.12 step 8 for every distinct (backend, precision, shape) of a runnable (mode, backend) pair."""
+    """The KV estimate of every distinct (backend, precision, shape) of a runnable (mode, backend) pair."""
     ss = space.config.search_space
     records: dict[ShapeKey, ShapeKV] = {}
     for sp in space.spaces:
@@ -478,7 +478,7 @@ def kv_filter(space: LegalSpace, records: Mapping[ShapeKey, ShapeKV] | None = No
 
 
 def enumerate_branches(config: SmartSearchConfig) -> BranchSet:
-    """§7.1 step 4 end to end: legality, KV filter, branches."""
+    """End to end: legality, KV filter, branches."""
     return kv_filter(legal_space(config))
 
 

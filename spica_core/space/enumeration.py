@@ -1,7 +1,7 @@
-"""Legal parallel configurations for one (model, budget, mode, backend) — reference §2.12 steps 2–7, 9.
+"""Legal parallel configurations for one (model, budget, mode, backend).
 
 Pure functions over facts: no AIC call happens here (KV feasibility, step 8, is ``kv.py``), so the
-rules can be tested by hand and reused to check a user's pinned configs (§2.13).
+rules can be tested by hand and reused to check a user's pinned configs.
 """
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from typing import Iterable, Sequence
 
 from spica_core.space.parallel import Mode, ParallelConfig, RoleConfig, Shape
 
-# §2.12 step 2: GPUs per worker.
+# GPUs per worker.
 GPU_LADDER: tuple[int, ...] = (1, 2, 4, 8, 16)
-# §2.12 step 4: the MoE scan values of tp, attention_dp, moe_tp, moe_ep.
+# The MoE scan values of tp, attention_dp, moe_tp, moe_ep.
 MOE_SCAN: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
-# §2.12 step 5: sglang MoE kernels that can only shard experts by EP (never passed by S1 call sites).
+# SGLang MoE kernels that can only shard experts by EP.
 SGLANG_EP_ONLY_KERNELS: frozenset[str] = frozenset({"wideep", "deepep_moe", "megamoe"})
-# The four pure MoE patterns (§2.12 step 4), in the order the docs list them.
+# The four pure MoE patterns, in the order the docs list them.
 MOE_PATTERNS: tuple[str, ...] = ("tep", "dep", "tp", "dtp")
 
 
@@ -35,7 +35,7 @@ def moe_pattern(shape: Shape) -> str | None:
 
 
 def backend_rejects(shape: Shape, backend: str, moe_kernel: str | None = None) -> str | None:
-    """§2.12 step 5: why a backend cannot run a shape (mirrors AIC's enumerate_parallel_config), or None."""
+    """Why a backend cannot run a shape (mirrors AIC's enumerate_parallel_config), or None."""
     if backend == "trtllm" and shape.tp > 1 and shape.attention_dp > 1:
         return "trtllm forbids attention TP together with attention DP (tp > 1 and attention_dp > 1)"
     if backend == "vllm" and shape.moe_tp > 1 and shape.moe_ep > 1:
@@ -71,7 +71,7 @@ def shape_rejection(shape: Shape, is_moe: bool, backend: str, gpu_budget: int,
 
 
 def worker_shapes(is_moe: bool, gpu_budget: int, backend: str, moe_kernel: str | None = None) -> list[Shape]:
-    """§2.12 steps 2–5: every legal worker shape, sorted by (GPUs, sort key)."""
+    """Every legal worker shape, sorted by (GPUs, sort key)."""
     ladder = [g for g in GPU_LADDER if g <= gpu_budget]
     shapes: list[Shape] = []
     if not is_moe:
@@ -89,7 +89,7 @@ def worker_shapes(is_moe: bool, gpu_budget: int, backend: str, moe_kernel: str |
 
 
 def role_configs(shapes: Iterable[Shape], gpu_budget: int, min_gpu_budget: int | None = None) -> list[RoleConfig]:
-    """§2.12 step 6: each shape with r = 1 … ⌊budget / g⌋ replicas, keeping g × r ≥ min_gpu_budget."""
+    """Each shape with r = 1 … ⌊budget / g⌋ replicas, keeping g × r ≥ min_gpu_budget."""
     out: list[RoleConfig] = []
     for shape in shapes:
         for r in range(1, gpu_budget // shape.gpus + 1):
@@ -106,7 +106,7 @@ def agg_configs(shapes: Iterable[Shape], gpu_budget: int, min_gpu_budget: int | 
 
 def disagg_configs(prefill_shapes: Sequence[Shape], decode_shapes: Sequence[Shape], gpu_budget: int,
                    min_gpu_budget: int | None = None) -> list[ParallelConfig]:
-    """§2.12 step 7: every prefill role × decode role with total GPUs in [min_gpu_budget, gpu_budget].
+    """Every prefill role × decode role with total GPUs in [min_gpu_budget, gpu_budget].
 
     Roles are enumerated without the min bound; a role larger than the budget minus the smallest
     footprint of the other role can never pair, so it is pruned first (it only saves work).

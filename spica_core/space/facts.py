@@ -1,4 +1,4 @@
-"""Model and GPU facts from aiconfigurator-core (reference §2.12 step 1); KV capacity is ``kv.py``.
+"""Model and GPU facts from aiconfigurator-core; KV capacity is ``kv.py``.
 
 Everything here is read from the installed aiconfigurator-core: its bundled model configs, its
 system specs and its perf database. Nothing is tabulated by hand, so a new AIC release changes

@@ -1,7 +1,7 @@
-"""KV capacity per rank from aiconfigurator-core's memory estimator, and KV feasibility of shapes (§2.12 step 8).
+"""KV capacity per rank from aiconfigurator-core's memory estimator, and KV feasibility of shapes.
 
 Every KV number in Spica comes from :func:`kv_estimate`: the feasibility filter here, the
-replay's ``num_gpu_blocks`` and the KV-load concurrency (§5.3) all read the same cached estimate.
+replay's ``num_gpu_blocks`` and the KV-load concurrency all read the same cached estimate.
 It is cached in the process and on disk (``kv/`` in the cache folder, per aiconfigurator-core
 version), because AIC loads its perf database for a process's first estimate (about 0.6 s):
 without the file every new evaluation worker would pay that for a number another process has.
@@ -23,12 +23,12 @@ from spica_core.space.facts import aic_version, backend_version, cache_dir, is_l
 from spica_core.space.parallel import Shape
 from spica_core.space.precision import Precision
 
-# §2.12 step 8: the fixed reservations of the feasibility filter.
+# The fixed reservations of the feasibility filter.
 FILTER_MAX_NUM_TOKENS = 8192
 FILTER_MAX_BATCH_SIZE = 256
 FILTER_MEMORY_FRACTION = 0.9
 
-# Substrings of estimator errors that mean "this shape cannot hold the model", not a bug (§2.12 step 8).
+# Substrings of estimator errors that mean "this shape cannot hold the model", not a bug.
 KV_SHAPE_ERRORS: tuple[str, ...] = ("no KV budget", "Invalid quantized MoE configuration")
 
 

@@ -1,4 +1,4 @@
-"""Parallel configurations: worker shapes, replicas and the derived ``strategy`` / ``used_gpus`` (§2.12–§2.13).
+"""Parallel configurations: worker shapes, replicas and the derived ``strategy`` / ``used_gpus``.
 
 These small frozen value types are what enumeration produces, projection selects, the unroller
 flattens and the replay builder reads. They are hashable so they can key caches.
@@ -135,7 +135,7 @@ class ParallelConfig:
         return cls("disagg", prefill=RoleConfig.from_dict(d["prefill"]), decode=RoleConfig.from_dict(d["decode"]))
 
     def flat_fields(self) -> dict[str, Any]:
-        """The unrolled-sample parallel keys (§9.1 step 3)."""
+        """The unrolled-sample parallel keys."""
         if self.mode == "agg":
             assert self.agg is not None
             return {**self.agg.shape.fields(), "replicas": self.agg.replicas, "used_gpus": self.used_gpus}

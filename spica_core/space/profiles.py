@@ -1,4 +1,4 @@
-"""Timing and KV capacity from aiconfigurator-core, packaged for the replay (replay-engine §3.3).
+"""Timing and KV capacity from aiconfigurator-core, packaged for the replay.
 
 The replay's built-in timing ignores model, GPU and TP, so every candidate is replayed with a
 ``dynamo_profile`` latency table computed by aiconfigurator-core for its engine shape. A table
@@ -116,7 +116,7 @@ def model_config(es: EngineShape) -> Any:
 
 
 def step_engine(es: EngineShape) -> tuple[Any, Any]:
-    """(model, EngineHandle) with the CLI's quant resolution applied (aic.md §7.2; DeepSeek on Hopper)."""
+    """(model, EngineHandle) with the CLI's quant resolution applied (DeepSeek on Hopper)."""
     quiet_aic()
     from aiconfigurator_core.sdk import rust_engine_step
     from aiconfigurator_core.sdk.models import get_model

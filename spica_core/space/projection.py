@@ -1,4 +1,4 @@
-"""Structured parallel features of a branch's configs — the model's inputs of reference §7.4.
+"""Structured parallel features of a branch's configs: the inputs of the search's latent-projection model.
 
 The optimizer never sees a config index. It sees a few latent features (GPU share of the
 budget, engine sizes, attention / FFN modes) whose ranges come from the branch's pool, so the
@@ -151,7 +151,7 @@ class ProjectionRecord:
         }
 
     def to_json(self) -> str:
-        """The trial metadata value (sorted keys, §7.4)."""
+        """The trial metadata value (sorted keys)."""
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
