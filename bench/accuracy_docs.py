@@ -229,8 +229,8 @@ def write_docs(doc: dict[str, Any], path: Path = DOC) -> None:
           "`SmartSearchConfig` → `load_inputs` → `spica_cli.evaluate.build_request` → "
           "`EvalPool`/`spica_core.evaluate.evaluate_one` (AIC profile, KV capacity, runtime-validated engine args, "
           "replay). `predicted` is the report's `mean_ttft_ms` and `mean_itl_ms`, the numbers `spica evaluate` "
-          "prints. References are to `/work/shared/spec/accuracy.md`.", "",
-          "* **Load (§5.1, [X1, V2])**: closed loop at c = `batch_size` (disagg rows: the source's "
+          "prints.", "",
+          "* **Load**: closed loop at c = `batch_size` (disagg rows: the source's "
           "`silicon_concurrency`) via `workload.replay_concurrency`: the first c requests start together, each "
           "completion releases the next. The replay clocks TTFT from a request's release (checked: per-request "
           "`arrival_time_ms` equals the releasing request's completion), so client queueing is excluded as on silicon.",
@@ -243,11 +243,11 @@ def write_docs(doc: dict[str, Any], path: Path = DOC) -> None:
           "start is part of the sample, as on silicon. AI Configurator's own gap-analysis rows "
           "(`aic-auto-gap-analysis` in the source) replay the benchmark AIC generates: aiperf with 20 × c requests "
           "and ISL/OSL standard deviation 0, i.e. fixed lengths (`length_spread: 0`; cause 9 below).",
-          "* **Engine (§5.5)**: prefix caching off; `max_num_batched_tokens` 8192 (vLLM's default, no recipe "
+          "* **Engine**: prefix caching off; `max_num_batched_tokens` 8192 (vLLM's default, no recipe "
           "known); `max_num_seqs` = max(256, c per attention-DP rank) rounded up to a value Spica allows "
           "(256/512/1024; prefill workers 256); round-robin routing; planner off; Spica's perf-DB version "
           "for the SKU and backend (AIC's latest, not the row's engine version).",
-          "* **Shape (§5.6)**: the row's tp / attention-DP / MoE tp / MoE ep as the one `parallel_configs` pin; "
+          "* **Shape**: the row's tp / attention-DP / MoE tp / MoE ep as the one `parallel_configs` pin; "
           "disagg rows rebuild xPyD from `prefill_*` / `decode_*` worker counts.",
           "* **Precision**: the row's model as an aiconfigurator-core bundled id; near-spellings of the same "
           "model are mapped and noted on the row (`notes`): Llama-3.1-70B → Meta-Llama-3.1-70B, "
@@ -260,7 +260,7 @@ def write_docs(doc: dict[str, Any], path: Path = DOC) -> None:
           "that served a pre-quantized model at fewer weight bits (DeepSeek-R1/-V3 in NVFP4: NVIDIA's NVFP4 "
           "export of the FP8 checkpoint) pins that quantization, as a user serving that checkpoint would.",
           "* **KV cache**: `kv_cache_dtype: fp8` for FP8/FP4 rows, bf16 otherwise (cause 6 below).",
-          "* **Statistic (§5.4)**: measured mean TTFT vs predicted mean TTFT; measured per-request mean TPOT vs "
+          "* **Statistic**: measured mean TTFT vs predicted mean TTFT; measured per-request mean TPOT vs "
           "predicted mean ITL (token-weighted; `replay.mean_tpot_ms` is kept on each row for comparison).",
           "* **AIC**: `spica_core.emit.aic_estimate.aic_estimate(candidate, isl, osl, concurrency)` on the same "
           "candidate (agg only; null with `aic_reason` otherwise). **AISimulate**: `bench/peer_aisim.py` "
@@ -270,7 +270,7 @@ def write_docs(doc: dict[str, Any], path: Path = DOC) -> None:
     for reason, n in Counter(_elide(s["reason"]) for s in skipped).most_common():
         L.append(f"| {n} | {reason} |")
     L += ["", "## Re-running", "", "```",
-          "cd /work/main && PYTHONPATH=. .venv/bin/python bench/bench_accuracy.py            # all rows, 2 workers",
+          "PYTHONPATH=. .venv/bin/python bench/bench_accuracy.py            # all rows, 2 workers (from the repository root)",
           "PYTHONPATH=. .venv/bin/python bench/bench_accuracy.py --limit 40 --rows-matching 'qwen3_32b.*vllm'",
           "PYTHONPATH=. .venv/bin/python bench/bench_accuracy.py --shard 1/2   # and --shard 2/2 elsewhere, then:",
           "PYTHONPATH=. .venv/bin/python bench/bench_accuracy.py --merge",
@@ -324,11 +324,11 @@ CAUSES = [
     "1. **Lock-step waves (main cause).** With identical requests in a closed loop, the first c requests start "
     "together, finish together, and release the next c together, forever: every request's TTFT contains the "
     "prefill of its whole wave (8 × 1,024 tokens fill one 8,192-token pass), and decode steps rarely carry a "
-    "prefill, so TPOT is low. Silicon's lengths are uniform in [0.8 L, L] (accuracy.md §5.3), which spreads "
+    "prefill, so TPOT is low. Silicon's lengths are uniform in [0.8 L, L], which spreads "
     "completions and releases. Replaying that distribution (a mooncake trace, `replay_concurrency`) removes the "
     "over-prediction: +210 % → −32 % at c = 8, and TPOT moves to within −2…−8 %. Synthetic and fixed-length "
     "trace replays give identical numbers, so the synthetic path is not otherwise at fault.",
-    "2. **4 × vs 10 × requests.** With 4 × c the simultaneous start weighs 25 % of the sample (accuracy.md §6): "
+    "2. **4 × vs 10 × requests.** With 4 × c the simultaneous start weighs 25 % of the sample: "
     "synthetic 4 × → 10 × lowers TTFT 942 → 650 ms at c = 64.",
     "3. **TTFT clock and client queueing: not a cause.** In closed loop the replay releases a request when "
     "another completes and clocks its TTFT from that release (per-request `arrival_time_ms` = the releasing "
@@ -407,6 +407,8 @@ def _elide(reason: str) -> str:
     import re
 
     r = re.sub(r"\{[^{}]*(\{[^{}]*\}[^{}]*)*\}", "{…}", reason)
+    r = re.sub(r"(?:/[\w.-]+)+/(?:site-packages|\.venv)/\S*", "<installed package>", r)   # no machine paths
+    r = re.sub(r"\s*\(accuracy\.md[^)]*\)", "", r)
     r = re.sub(r"\b[\w./-]*\d[\w./-]*\b", "N", r)
     r = r.replace("|", "/")
     return r[:160]

@@ -30,8 +30,8 @@ LENGTH_SPREAD = 0.2                      # InferenceX: uniform in [⌊0.8 L⌋, 
 AIC_BENCH_REQUESTS_PER_CONCURRENCY = 20  # AIC's generated benchmark: aiperf --num-requests 20c
 AIC_BENCH_LENGTH_SPREAD = 0.0            # ... with --isl-stddev 0 --osl-stddev 0: fixed lengths
 AIC_GAP_ANALYSIS = "aic-auto-gap-analysis"
-MAX_NUM_BATCHED_TOKENS = 8192            # vLLM's default on ≥ 70 GiB GPUs (accuracy.md §2, [V3])
-MIN_MAX_NUM_SEQS = 256                   # AISimulate's pin max(256, c) (accuracy.md §4)
+MAX_NUM_BATCHED_TOKENS = 8192            # vLLM's default on ≥ 70 GiB GPUs
+MIN_MAX_NUM_SEQS = 256                   # AISimulate's pin max(256, c)
 
 
 def silicon_csv() -> Path:
@@ -372,7 +372,7 @@ def parallel_pin(row: SiliconRow, is_moe: bool) -> dict[str, Any] | str:
         return f"mode {row.mode!r} unknown"
     p, d = row.prefill, row.decode
     if not p.get("num_workers") or not d.get("num_workers"):
-        return "disagg: no prefill/decode worker counts (accuracy.md §1, §5.6)"
+        return "disagg: no prefill/decode worker counts"
     if (p.get("pp_size") or 1) != 1 or (d.get("pp_size") or 1) != 1:
         return "shape: pipeline parallel (pp > 1) is not expressible"
     return {"prefill": {**_role_shape(p["tp_size"], p["attention_dp_size"], p["moe_tp_size"], p["moe_ep_size"], is_moe),
@@ -448,7 +448,7 @@ def max_num_seqs(plan: RowPlan, role: str) -> int:
 
 
 def engine_knobs(plan: RowPlan) -> dict[str, Any]:
-    """Batching as the recipe; vLLM's defaults where the row does not say (accuracy.md §2, §5.5)."""
+    """Batching as the recipe; vLLM's defaults where the row does not say."""
     out: dict[str, Any] = {}
     roles = ("agg",) if plan.mode == "agg" else ("prefill", "decode")
     for role in roles:

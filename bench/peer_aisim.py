@@ -8,7 +8,7 @@ Protocol
 1. ``ensure_aisim`` installs ``aisimulate==AISIM_VERSION`` into its own venv (``bench/.aisim-venv``);
    its pins (Vizier 0.1.21, JAX 0.4.38, ...) conflict with the project's, so it never touches ``.venv``.
 2. ``row_config`` turns one CSV row into a ``predict`` config the way the row was measured
-   (docs ``shared/spec/accuracy.md`` §5, and AISimulate's own e2e accuracy campaign):
+   (as in AISimulate's own e2e accuracy campaign):
    closed loop at the row's client concurrency ``c`` (``traffic.load.type: concurrency``), ``10 * c``
    requests whose ISL and OSL are uniform integers in ``[floor(0.8 L), L]`` (seed 0; written as a
    Mooncake trace with unique hash ids, so no two requests share a prefix), generation forced to the
