@@ -39,6 +39,7 @@ def candidate_table(ranking: Sequence[Ranked], pareto: bool, objectives: Sequenc
                     required_attainment: float = 0.0) -> list[str]:
     """The top candidates, or the front, as aligned text lines (a title line first, notes last)."""
     from spica_core.emit.report import attainment_text, rank_label
+    from spica_core.evaluate import metric_or_fallback
 
     lines: list[str] = []
     sla = any(r.attainment is not None for r in ranking)
@@ -61,7 +62,7 @@ def candidate_table(ranking: Sequence[Ranked], pareto: bool, objectives: Sequenc
                           r.candidate.mode, r.candidate.backend,
                           r.candidate.parallel.label(), str(r.used_gpus), r.candidate.knobs_label(),
                           _fmt(m.get("output_throughput_tok_s")), _fmt(m.get("mean_ttft_ms")),
-                          _fmt(m.get("mean_tpot_ms"))])
+                          _fmt(metric_or_fallback(m, "mean_tpot_ms"))])
     widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h) for i, h in enumerate(header)]
     lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths)))
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in table]
@@ -171,7 +172,7 @@ def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: i
             # keeps the lock; the flow takes it over).
             located = locate(config_path, runs_root, run_dir, seed, cluster)
             if located.config.sweep.cluster:
-                from spica_core.evaluate.cluster import check_reachable
+                from spica_core.evaluate.cluster_connect import check_reachable
 
                 check_reachable(located.config.sweep.cluster)
             guard.run_dir = lock.acquire(located.folder)

@@ -155,7 +155,7 @@ def test_an_address_of_another_form_names_the_option_and_the_forms(bad: str) -> 
                                                (" tcp://10.0.0.2:1 ", ("tcp", "10.0.0.2", 1))])
 def test_the_config_and_the_evaluator_read_an_address_alike(address: str, parsed: tuple[str, str, int]) -> None:
     from spica_core.config.model import SweepConfig, parse_cluster_address
-    from spica_core.evaluate.cluster import _parse
+    from spica_core.evaluate.cluster_connect import _parse
 
     assert parse_cluster_address(address) == _parse(address) == parsed
     assert SweepConfig(cluster=address).cluster == address
@@ -552,7 +552,7 @@ def test_ray_a_client_server_that_fails_to_start_once_is_tried_again(ray_cluster
 
 
 def test_a_ray_connect_failure_names_what_failed_on_the_head_and_retries_a_busy_head() -> None:
-    from spica_core.evaluate.cluster import _RAY_TRANSIENT, _connect_failure
+    from spica_core.evaluate.ray_cluster import _RAY_TRANSIENT, _connect_failure
 
     busy = ConnectionAbortedError("Initialization failure from server:\nTraceback (most recent call last):\n"
                                   "  File \"proxier.py\", line 780\nRuntimeError: Proxy failed to Connect to backend!")

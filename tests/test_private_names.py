@@ -103,7 +103,7 @@ def test_numpy_padding_builds_the_padded_array_vizier_builds(trials: int, padded
     from vizier._src.jax import types as vizier_types
     from vizier.pyvizier.converters import padding
 
-    from spica_core.search.study import _runtime
+    from spica_core.search.jax_setup import _runtime
     from spica_core.search.vizier_private import FEATURE_PAD_FLOOR, TRIAL_PAD_FLOOR, numpy_padding
 
     _runtime()  # x64, as in a sweep
@@ -217,7 +217,8 @@ def test_gp_ucb_pes_joins_in_numpy_give_vizier_s_values_and_compile_nothing_per_
     import jax
     import numpy as np
 
-    from spica_core.search.study import Study, _runtime
+    from spica_core.search.jax_setup import _runtime
+    from spica_core.search.study import Study
     from spica_core.search.vizier_private import designer_classes
     from spica_core.space.params import Param
 
@@ -262,7 +263,7 @@ def test_a_steady_gp_ucb_pe_ask_compiles_no_join_or_slice_and_leaves_jax_as_it_w
         caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """Vizier's ``suggest`` joins completed and pending trials inline (its trust region's trials) and unpads with
     ``jax.lax.slice``: every ask compiled a concatenate and slices for shapes that never recur, the RSS that grew
-    a sweep (bench/bench_rss.py). Spica's asks after the first compile none of them, Vizier's own ``suggest`` on
+    a sweep. Spica's asks after the first compile none of them, Vizier's own ``suggest`` on
     the same designer does, and after an ask Vizier's module and ``PaddedArray`` are as they were."""
     import logging
     import re
@@ -271,7 +272,8 @@ def test_a_steady_gp_ucb_pe_ask_compiles_no_join_or_slice_and_leaves_jax_as_it_w
     from vizier._src.algorithms.designers import gp_ucb_pe
     from vizier._src.jax import types as vizier_types
 
-    from spica_core.search.study import Study, _runtime
+    from spica_core.search.jax_setup import _runtime
+    from spica_core.search.study import Study
     from spica_core.search.vizier_private import designer_classes
     from spica_core.space.params import Param
 
@@ -315,7 +317,8 @@ def test_padded_features_and_pools_give_the_same_picks_and_a_second_space_reuses
     import random
 
     from spica_core.search import vizier_private
-    from spica_core.search.study import Study, _runtime
+    from spica_core.search.jax_setup import _runtime
+    from spica_core.search.study import Study
     from spica_core.space.params import Param
 
     rt = _runtime()

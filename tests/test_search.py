@@ -601,7 +601,7 @@ def test_branches_searched_together_ask_what_each_asks_alone_and_share_the_worke
 
 
 def test_an_ask_s_recorded_seconds_leave_out_its_wait_for_another_model_ask() -> None:
-    """Model asks take turns (study.MODEL_ASK): what an ask records, and Costs reads, is what it cost, not its
+    """Model asks take turns (jax_setup.MODEL_ASK): what an ask records, and Costs reads, is what it cost, not its
     wait for the turn (the start's tracing, or another branch's ask)."""
     from spica_core.search import rounds
 

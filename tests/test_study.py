@@ -303,7 +303,7 @@ def test_multi_objective_default_picks_free_candidates() -> None:
 
 def test_a_model_ask_runs_with_one_blas_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     """Beside busy replay workers, OpenBLAS's waiting threads spun and an ask cost several times its CPU
-    (bench/bench_asks.py --busy 2): the designer's suggest runs with BLAS limited to one thread, and only it."""
+    (beside busy replay workers): the designer's suggest runs with BLAS limited to one thread, and only it."""
     from threadpoolctl import threadpool_info
 
     def blas_threads() -> list[int]:
@@ -414,7 +414,8 @@ def test_traced_gp_leaves_a_branch_s_first_model_ask_nothing_to_trace(caplog: py
     another pool) then traces none of the GP again; after a clear of jax's caches the same ask traces it all."""
     import logging
 
-    from spica_core.search.study import _runtime, trace_gp
+    from spica_core.search.gp_warm_up import trace_gp
+    from spica_core.search.jax_setup import _runtime
 
     rt = _runtime()
 
@@ -439,18 +440,18 @@ def test_tracing_on_a_thread_waits_for_a_model_ask_and_the_interpreter_waits_for
     """The warm-up's tracing holds the process's one model-ask lock (never beside an ask), runs once per process,
     and its thread is not a daemon: the interpreter would otherwise stop it inside jax at exit, which aborts the
     process."""
-    from spica_core.search import study as study_module
+    from spica_core.search import gp_warm_up
 
-    monkeypatch.setattr(study_module, "_TRACING", [])
-    with study_module.MODEL_ASK:
-        thread = study_module.warm_up(trace=True)
+    monkeypatch.setattr(gp_warm_up, "_TRACING", [])
+    with gp_warm_up.MODEL_ASK:
+        thread = gp_warm_up.warm_up(trace=True)
         assert thread is not None and not thread.daemon
         thread.join(0.3)
         assert thread.is_alive()  # waiting for the lock, not tracing
-        assert study_module.warm_up(trace=True) is thread  # once per process
+        assert gp_warm_up.warm_up(trace=True) is thread  # once per process
     thread.join(120)
     assert not thread.is_alive()
-    assert study_module.warm_up() is None
+    assert gp_warm_up.warm_up() is None
 
 
 def test_a_space_filling_ask_never_waits_for_the_model_ask_lock() -> None:
@@ -459,7 +460,7 @@ def test_a_space_filling_ask_never_waits_for_the_model_ask_lock() -> None:
     long (``waited``: not part of what the ask cost)."""
     import threading
 
-    from spica_core.search.study import MODEL_ASK
+    from spica_core.search.jax_setup import MODEL_ASK
 
     blind, informed = Study(SMALL, seed=1), filled(SMALL, "DEFAULT", seed=1, n=4)
     answers: dict[str, list[int]] = {}
@@ -491,18 +492,18 @@ def test_a_space_filling_ask_never_waits_for_the_model_ask_lock() -> None:
 def test_a_failed_trace_ahead_is_quiet(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Tracing ahead is best effort: a failure there prints nothing (the first model ask meets it again, with
     its stage's message) and leaves the model-ask lock free."""
-    from spica_core.search import study as study_module
+    from spica_core.search import gp_warm_up
 
     def broken() -> None:
         raise RuntimeError("no GP today")
 
-    monkeypatch.setattr(study_module, "_TRACING", [])
-    monkeypatch.setattr(study_module, "trace_gp", broken)
-    thread = study_module.warm_up(trace=True)
+    monkeypatch.setattr(gp_warm_up, "_TRACING", [])
+    monkeypatch.setattr(gp_warm_up, "trace_gp", broken)
+    thread = gp_warm_up.warm_up(trace=True)
     assert thread is not None
     thread.join(30)
-    assert not thread.is_alive() and study_module.MODEL_ASK.acquire(blocking=False)
-    study_module.MODEL_ASK.release()
+    assert not thread.is_alive() and gp_warm_up.MODEL_ASK.acquire(blocking=False)
+    gp_warm_up.MODEL_ASK.release()
     assert "no GP today" not in capsys.readouterr().err
 
 

@@ -1,4 +1,4 @@
-"""Per-role engine arguments in the replay runtime's nested schema (reference §9.2–§9.4, replay-engine §2).
+"""Per-role engine arguments in the replay runtime's nested schema.
 
 One payload per role (aggregated, or prefill + decode). Timing comes from the shape's
 aiconfigurator-core profile, KV capacity from AIC's memory model with the candidate's own
@@ -66,7 +66,7 @@ def kv_transfer_fields(model: str, shape: Shape, kv_cache_dtype: str) -> dict[st
 
 
 def host_offload_fields(offload: HostOffload, role: str) -> dict[str, Any]:
-    """§9.3 G2 host offload mapped onto the runtime's native_host_offload (agg and prefill, never decode).
+    """G2 host offload mapped onto the runtime's native_host_offload (agg and prefill, never decode).
 
     The runtime models host offload for vLLM only and rejects other backends in its normaliser,
     which turns such a candidate into a failed outcome carrying the runtime's reason.
@@ -161,7 +161,7 @@ def build_engine_args(candidate: Candidate, *, profile_dir: str | None = None,
 
 
 def router_kwargs(router: Router) -> dict[str, Any]:
-    """router_mode and, for the KV router, a KvRouterConfig with the candidate's weights (§9.4)."""
+    """router_mode and, for the KV router, a KvRouterConfig with the candidate's weights."""
     if not router.is_kv:
         return {"router_mode": "round_robin"}
     from dynamo.llm import KvRouterConfig

@@ -1,4 +1,4 @@
-"""Evaluating one candidate in this process (reference §7.1 step 7).
+"""Evaluating one candidate in this process.
 
 ``evaluate_one`` runs: backend version → KV-load resolution → budget gate → engine arguments
 (AIC profile + KV blocks, validated by the runtime) → planner policy → replay → goodput contract →

@@ -48,7 +48,7 @@ _ALL = (
 )
 METRICS: Mapping[str, Metric] = {m.key: m for m in _ALL}
 
-# goal targets (reference §4.1): how the value each one ranks by is labelled
+# goal targets: how the value each one ranks by is labelled
 OBJECTIVES: Mapping[str, Metric] = {m.key: m for m in (
     Metric("throughput", "throughput", "tok/s", True),
     Metric("throughput_per_gpu", "throughput per GPU", "tok/s/GPU", True),

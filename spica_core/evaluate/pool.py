@@ -1,4 +1,4 @@
-"""Where evaluations run: isolated worker processes with a hard deadline, or this process (§6.4).
+"""Where evaluations run: isolated worker processes with a hard deadline, or this process.
 
 The replay is not fork-safe and runs native code that can crash or run long, so sweeps evaluate in
 spawned worker processes (:class:`EvalPool`) with a hard per-candidate deadline; a stuck or crashed
@@ -319,7 +319,7 @@ class EvalPool(WorkerGroup):
 
 
 class SequentialEvaluator:
-    """parallel_evals == 1: evaluate in this process, one after another (no hard deadline, §6.4).
+    """parallel_evals == 1: evaluate in this process, one after another (no hard deadline).
     ``poll`` runs the submitted evaluation, so the caller's optimizer and the replay take turns."""
 
     workers = 1

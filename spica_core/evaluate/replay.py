@@ -1,4 +1,4 @@
-"""One call into Dynamo's offline replay (reference §9.6) and its report as a plain dict.
+"""One call into Dynamo's offline replay and its report as a plain dict.
 
 Everything the call needs is assembled beforehand (engine args, router, traffic, SLA, scaling
 policy); this module only chooses the entry point, makes the call and flattens the result. The

@@ -1,5 +1,5 @@
 """Mooncake JSONL traces the replay reads: a trace fitted to the context, and ``workload.length_spread``'s
-synthetic requests (§5.4). The examples' and tests' generated traffic is ``examples/make_traces.py``."""
+synthetic requests. The examples' and tests' generated traffic is ``examples/make_traces.py``."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Goals and scores (reference §4): report → metric → signed score, the budget gate, the headline.
+"""Goals and scores: report → metric → signed score, the budget gate, the headline.
 
 Pure functions of a replay report (the flat summary dict) and the goal. Higher score is always
 better (minimised targets are negated), so one sort serves every scalar target. The SLA enters
@@ -15,7 +15,7 @@ from typing import Any
 from spica_core.config.model import GOODPUT_TARGETS, MINIMIZED_TARGETS, OptimizationGoal, OptimizationTarget
 from spica_core.errors import GoodputContractError
 
-# §4.3 candidate metrics, kept when present
+# Candidate metrics, kept when present
 METRIC_KEYS = ("output_throughput_tok_s", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2e_latency_ms",
                "mean_output_token_throughput_per_user", "goodput_output_throughput_tok_s", "gpu_hours",
                "duration_ms", "planner_total_ticks", "num_requests", "goodput_completed_requests", "rejected_requests")
@@ -34,7 +34,7 @@ def _num(report: Mapping[str, Any], key: str, default: float = 0.0) -> float:
 
 
 def avg_gpu(report: Mapping[str, Any]) -> float:
-    """§4.2 time-averaged provisioned GPUs: gpu_hours / duration in hours; 0 when either is ≤ 0."""
+    """Time-averaged provisioned GPUs: gpu_hours / duration in hours; 0 when either is ≤ 0."""
     gpu_hours = _num(report, "gpu_hours")
     duration_ms = _num(report, "duration_ms")
     if gpu_hours <= 0 or duration_ms <= 0:
@@ -43,7 +43,7 @@ def avg_gpu(report: Mapping[str, Any]) -> float:
 
 
 def metric_value(target: OptimizationTarget | str, report: Mapping[str, Any]) -> float:
-    """§4.1: the raw (unsigned) value of one target from a report."""
+    """The raw (unsigned) value of one target from a report."""
     t = OptimizationTarget(target)
     if t is OptimizationTarget.throughput:
         return _num(report, "output_throughput_tok_s")
@@ -84,7 +84,7 @@ def raw_value(target: OptimizationTarget | str, score: float) -> float:
 
 
 def check_goodput_contract(goal: OptimizationGoal, report: Mapping[str, Any]) -> None:
-    """§4.3 fail-closed: a goodput objective needs goodput_output_throughput_tok_s in the report."""
+    """Fail-closed: a goodput objective needs goodput_output_throughput_tok_s in the report."""
     if GOODPUT_TARGETS & set(goal.objectives) and report.get("goodput_output_throughput_tok_s") is None:
         raise GoodputContractError("runner contract violation: the goal needs goodput but the replay report "
                                        "has no goodput_output_throughput_tok_s (was the SLA passed?)")
@@ -104,7 +104,7 @@ def score_report(goal: OptimizationGoal, report: Mapping[str, Any]) -> float:
 
 
 def is_feasible(used_gpus: int, gpu_budget: int) -> bool:
-    """§4.3 the only gate: the GPU budget. A candidate that misses the SLA is feasible (it ranks lower)."""
+    """The only gate: the GPU budget. A candidate that misses the SLA is feasible (it ranks lower)."""
     return int(used_gpus) <= int(gpu_budget)
 
 
@@ -158,7 +158,7 @@ def sla_kwargs(goal: OptimizationGoal, factors: Mapping[str, float] | None = Non
 
 
 def candidate_metrics(report: Mapping[str, Any]) -> dict[str, float]:
-    """The §4.3 metric subset of a report (present keys only)."""
+    """The candidate-metric subset of a report (present keys only)."""
     return {k: float(report[k]) for k in METRIC_KEYS if report.get(k) is not None}
 
 

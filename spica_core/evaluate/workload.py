@@ -1,4 +1,4 @@
-"""Traffic for one replay (reference §5): load shape, request count and candidate-relative KV load.
+"""Traffic for one replay: load shape, request count and candidate-relative KV load.
 
 Trace workloads replay a mooncake file open loop (timestamps scaled by arrival_speedup_ratio) or
 closed loop (replay_concurrency). Synthetic workloads run at a fixed rate, a fixed concurrency,
@@ -48,7 +48,7 @@ def synthetic_arrival_interval_ms(workload: Workload) -> float:
 
 
 def request_count(workload: Workload, concurrency_override: int | None = None) -> int:
-    """§5.2: max(1, round(num_request_ratio × load)); load = KV-load concurrency, else concurrency, else rate."""
+    """Requests per replay: max(1, round(num_request_ratio × load)); load = KV-load concurrency, else concurrency, else rate."""
     if workload.is_trace:
         raise ValueError("trace workloads take their request count from the trace")
     if workload.kv_load_ratio is not None and concurrency_override is None:
@@ -114,7 +114,7 @@ def scaled_workload(workload: Workload, scale: float) -> Workload:
 
 
 def role_kv_capacity_tokens(candidate: Candidate, role: str) -> int:
-    """§5.3 steps 1–3: usable per-rank tokens × attention_dp × replicas for one role."""
+    """Usable per-rank tokens × attention_dp × replicas for one role."""
     rc = candidate.parallel.roles[role]
     knobs = candidate.engines[role]
     context = candidate.context
@@ -134,7 +134,7 @@ def role_kv_capacity_tokens(candidate: Candidate, role: str) -> int:
 
 
 def resolve_kv_load(candidate: Candidate, workload: Workload, ratio: float) -> tuple[int, KVLoad]:
-    """§5.3: the candidate's concurrency for a KV-load ratio, and the capacity it was sized against."""
+    """The candidate's concurrency for a KV-load ratio, and the capacity it was sized against."""
     if workload.isl is None or workload.osl is None:
         raise ValueError("kv_load_ratio needs isl and osl")
     tokens_per_request = int(workload.isl) + int(workload.osl) // 2

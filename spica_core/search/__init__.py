@@ -11,15 +11,16 @@ from typing import TYPE_CHECKING
 from spica_core.config.lazy import lazy_names
 
 _FROM: dict[str, str] = {
+    **dict.fromkeys(("search_branch", "search_branches"), "branch_loop"),
     **dict.fromkeys(("FLOAT_LEVELS", "CandidateSpace"), "candidates"),
+    **dict.fromkeys(("SearchContext", "cache_key", "finite_or_infeasible", "study_metrics"), "context"),
     **dict.fromkeys(("Costs",), "costs"),
     **dict.fromkeys(("OptimizerProcess", "RemoteStudy", "optimizer_for", "optimizer_process",
                      "traces_ahead"), "optimizer"),
     **dict.fromkeys(("SweepProgress",), "progress"),
     **dict.fromkeys(("RankedCandidate", "Scored", "Tieable", "dominates", "near_ties", "pareto_front", "rank",
                      "rank_trials"), "ranking"),
-    **dict.fromkeys(("Batch", "BranchResult", "BranchSearch", "SearchContext", "cache_key", "finite_or_infeasible",
-                     "round_plan", "search_branch", "search_branches", "study_metrics"), "rounds"),
+    **dict.fromkeys(("Batch", "BranchResult", "BranchSearch", "round_plan"), "rounds"),
     **dict.fromkeys(("Study", "TrialRecord", "derive_seed"), "study"),
     **dict.fromkeys(("ATTEMPT_CAP_FACTOR", "Proposal", "Suggester", "ThoroughSuggester", "VizierSuggester",
                      "thorough_proposals", "thorough_size"), "suggesters"),
@@ -33,7 +34,9 @@ __getattr__, __dir__ = lazy_names(__name__, _FROM)
 
 
 if TYPE_CHECKING:  # what type checkers and editors see
+    from spica_core.search.branch_loop import search_branch, search_branches
     from spica_core.search.candidates import FLOAT_LEVELS, CandidateSpace
+    from spica_core.search.context import SearchContext, cache_key, finite_or_infeasible, study_metrics
     from spica_core.search.costs import Costs
     from spica_core.search.optimizer import (
         OptimizerProcess, RemoteStudy, optimizer_for, optimizer_process, traces_ahead,
@@ -42,10 +45,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from spica_core.search.ranking import (
         RankedCandidate, Scored, Tieable, dominates, near_ties, pareto_front, rank, rank_trials,
     )
-    from spica_core.search.rounds import (
-        Batch, BranchResult, BranchSearch, SearchContext, cache_key, finite_or_infeasible, round_plan, search_branch,
-        search_branches, study_metrics,
-    )
+    from spica_core.search.rounds import Batch, BranchResult, BranchSearch, round_plan
     from spica_core.search.study import Study, TrialRecord, derive_seed
     from spica_core.search.suggesters import (
         ATTEMPT_CAP_FACTOR, Proposal, Suggester, ThoroughSuggester, VizierSuggester, thorough_proposals,

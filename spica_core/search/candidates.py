@@ -65,7 +65,7 @@ class CandidateSpace:
         self.knobs: tuple[Param, ...] = tuple(p for p in knobs if p.name not in VARIANT_KNOBS)
         self.levels: tuple[tuple[Any, ...], ...] = tuple(_levels(p) for p in self.knobs)
         self.latent: tuple[Param, ...] = tuple(latent_params(branch))
-        self.params: tuple[Param, ...] = self.latent + tuple(knobs)   # the study's dimensions (§7.3 order)
+        self.params: tuple[Param, ...] = self.latent + tuple(knobs)   # the study's dimensions: latent first, then knobs
         self.constants: dict[str, Any] = branch.constants()
         self.combos = math.prod(len(v) for v in self.levels)
         self.size = len(self.pairs) * self.combos

@@ -25,8 +25,7 @@ from spica_core.search.trials import Trial
 MODEL_ASK_PRIOR_S = 1.0
 # From a branch's first model ask's start to its picks: the process's GP tracing (which it waits for, or does
 # itself) and a fit. Measured in `spica sweep` on 2 cores, 2.9 / 3.3 s (dense's two branches; the second also
-# waits for the first's turn: bench/bench_cli_timeline.py, bench/results/cli_timeline_cpu_2026-12-06.log), and
-# 2.4 s in a MoE run whose log was not kept.
+# waits for the first's turn), and 2.4 s in a MoE run, when this was set.
 FIRST_MODEL_ASK_S = 3.0
 # A model ask pays when it costs at most this share of the replay time of the candidates it proposes.
 OPTIMIZER_SHARE = 1.0
@@ -34,7 +33,7 @@ OPTIMIZER_SHARE = 1.0
 # as the workers run out of candidates, but an ask's time varies (tracing, cleared caches, the CPU it shares
 # with the workers) and each ask refits the GP: on the one-hour case's shape (bench/bench_search.py's real
 # trace, 96 evaluations) 1.0 gave a wall of 99 s and 0.25 gave 77 s (0.1: 68 s, with a lower best;
-# bench/bench_batch_share.py, bench/results/batch_share_2026-12-02.log).
+# measured when this was set).
 BATCH_SHARE = 0.25
 # The space-filling start of a branch (its blind batches and the cover of its first model ask) takes at most this
 # share of its budget: uncapped, a cover of cheap replays could fill most of a branch's budget, and at 32

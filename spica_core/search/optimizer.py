@@ -1,6 +1,6 @@
 """The optimizer process: a sweep's Vizier studies, in a spawned process of their own.
 
-jax traces GP-UCB-PE's code once per process (about 6 s of Python on this machine, ``bench/bench_cli_timeline.py``)
+jax traces GP-UCB-PE's code once per process (about 6 s of Python on a 2-core machine)
 and an ask is mostly Python dispatch. In the sweep's own process both shared one GIL with Prefect's start-up, the
 search loop and the workers' results, and the tracing could only start once jax was imported there, seconds into
 the command. Here the process starts as soon as a sweep has read its config (``spica sweep``, or the flow when it
@@ -11,7 +11,7 @@ same arguments, ``sync`` and ``suggest`` as a local :class:`~spica_core.search.s
 
 One process serves every sweep of the sweep's process (a test session, a Prefect worker running several flows),
 each ask on a thread of its own, so a branch's space-filling ask never waits behind another's model ask; model asks
-take turns on the process's :data:`~spica_core.search.study.MODEL_ASK`, as they did in the sweep's process.
+take turns on the process's :data:`~spica_core.search.jax_setup.MODEL_ASK`, as they did in the sweep's process.
 
 Stopping: the process ignores SIGINT (the sweep decides, as for its replay workers), ends when its pipe closes
 and is a daemon; a sweep's hard stop kills its children (``spica_cli/signals.py``).
@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from spica_core.errors import OptimizerStoppedError
 from spica_core.evaluate import start_child
-from spica_core.search.study import Goal, Study, TrialRecord, warm_up
+from spica_core.search.gp_warm_up import warm_up
+from spica_core.search.study import Goal, Study, TrialRecord
 
 if TYPE_CHECKING:
     from spica_core.config.model import SmartSearchConfig
@@ -63,7 +64,7 @@ _STARTING = threading.Lock()
 
 def optimizer_process(trace: bool = False) -> OptimizerProcess:
     """This process's optimizer process: the running one, or a new one if none runs (or it ended). ``trace``: it
-    traces GP-UCB-PE now, once (:func:`~spica_core.search.study.warm_up`)."""
+    traces GP-UCB-PE now, once (:func:`~spica_core.search.gp_warm_up.warm_up`)."""
     with _STARTING:
         if not _PROCESS or not _PROCESS[0].alive:
             if _PROCESS:

@@ -24,7 +24,7 @@ REDRAW_S = 0.25      # on a terminal: the shortest gap between two redraws
 
 
 class SweepProgress:
-    """Counts unique successful evaluations against the target (§6.1) and draws the bar on ``stream``.
+    """Counts unique successful evaluations against the target and draws the bar on ``stream``.
 
     ``clock`` (seconds, monotonic) and ``stream`` (default: ``sys.stderr`` at each draw) are for tests.
     """

@@ -1,4 +1,4 @@
-"""Rank / Pareto (reference §4.3, §4.5): one ranking across branches and backends, or the front.
+"""Rank / Pareto: one ranking across branches and backends, or the front.
 
 With an SLA, ``goal.sla_attainment`` is a requirement: candidates that meet it rank first, best score
 first; those that miss it follow, highest attainment first. Equal scores go to higher goodput per GPU

@@ -1,4 +1,4 @@
-"""The search loop of the branches (reference §6.2–§6.6, §7.4–§7.5), free of any orchestration.
+"""The search loop of the branches, free of any orchestration.
 
 Each branch asks its suggester for batches of proposals while the workers replay the ones before,
 answers repeats from the in-run cache and records every attempt as a :class:`Trial` the moment it
@@ -7,130 +7,27 @@ takes their queued candidates in the order they were picked, so one branch's rep
 workers busy while another waits for its first outcomes or its model. The trials table is the source
 of truth: a branch that already finished is read back, never re-evaluated, and an interrupted one
 continues exactly where it stopped (``BranchSearch``).
+
+This module is one branch's search (batches, rounds as quotas, the resume rule); the loop over the
+branches is ``branch_loop.py``, what their evaluations share (cache keys, study metrics) ``context.py``.
 """
 from __future__ import annotations
 
 import itertools
-import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from functools import cached_property
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 from spica_core.config.model import SmartSearchConfig, SweepPolicy
-from spica_core.deployment import Candidate
-from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status
-from spica_core.evaluate.scoring import search_value
-from spica_core.evaluate.workers import POLL_S, Evaluator
-from spica_core.store import fingerprint
+from spica_core.evaluate.evaluator import Outcome, Status
+from spica_core.evaluate.workers import Evaluator
+from spica_core.search.context import SearchContext, cache_key, finite_or_infeasible
 from spica_core.search.costs import BATCH_ROUNDS, Costs
-from spica_core.search.optimizer import OptimizerProcess
-from spica_core.search.suggesters import (
-    ATTEMPT_CAP_FACTOR, SCALAR_METRIC, Proposal, Suggester, ThoroughSuggester, VizierSuggester, thorough_size,
-)
+from spica_core.search.suggesters import ATTEMPT_CAP_FACTOR, Proposal, Suggester, thorough_size
 from spica_core.search.trials import EvalCache, Trial
-from spica_core.search.warm_start import WarmStart
 from spica_core.space.branches import Branch
-from spica_core.space.parallel import ParallelConfig
-
-if TYPE_CHECKING:
-    from spica_core.predictors import LoadPredictorResult
-
-
-# What a branch's recorded trials mean (how batches are numbered and picked): trials recorded by another
-# loop are not resumed, they are searched again.
-SEARCH_LOOP: Final = 2
-
-
-@dataclass(frozen=True)
-class SearchContext:
-    """What every evaluation of a run shares; its fingerprint is part of every cache key (§6.3)."""
-
-    config: SmartSearchConfig          # after the goal's policy filtering
-    trace_file: str | None
-    load_predictor: LoadPredictorResult | None
-    profile_dir: str | None = None
-    warm_start: WarmStart | None = None  # an earlier run's top candidates and trials (never their scores)
-    optimizer: OptimizerProcess | None = field(default=None, compare=False, repr=False)  # where studies live
-    suggesters: dict[str, Suggester] = field(default_factory=dict, compare=False, repr=False)
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickled without the live suggesters (their designers hold compiled code), which are rebuilt, nor the
-        optimizer process (a pipe): a copy elsewhere keeps its studies in its own process."""
-        state = dict(self.__dict__)
-        state["suggesters"] = {}
-        state["optimizer"] = None
-        return state
-
-    @cached_property
-    def key(self) -> str:
-        """Computed once: every proposal's cache key includes it."""
-        lp = self.load_predictor
-        key: dict[str, Any] = {"config": self.config.normalised(), "load_predictor": lp.rows() if lp else None,
-                               "loop": SEARCH_LOOP}
-        if self.warm_start:  # what is evaluated first, and the studies' prior, are part of what the run searched
-            key["warm_start"] = self.warm_start.key()
-        return fingerprint(key)
-
-    def objectives(self) -> list[tuple[str, str]]:
-        goal = self.config.goal
-        if goal.is_pareto:
-            return [(o.value, "min" if o.value == "e2e_latency" else "max") for o in goal.objectives]
-        return [(SCALAR_METRIC, "max")]
-
-    def suggester(self, branch: Branch) -> Suggester:
-        """One per branch for the life of the process, so a Vizier designer stays warm across rounds."""
-        known = self.suggesters.get(branch.mode)
-        if known is not None and known.space.branch == branch:
-            return known
-        sweep = self.config.sweep
-        made: Suggester
-        if sweep.policy is SweepPolicy.thorough:
-            made = ThoroughSuggester(branch)
-        else:
-            made = VizierSuggester(branch, self.objectives(), pareto=self.config.goal.is_pareto,
-                                   algorithm=sweep.algorithm.value, seed=sweep.seed,
-                                   budget=sweep.max_rounds * sweep.per_round,
-                                   warm_start=self.warm_start.of_mode(branch.mode) if self.warm_start else None,
-                                   optimizer=self.optimizer)
-        self.suggesters[branch.mode] = made
-        return made
-
-    def request(self, proposal: Proposal, eval_id: str) -> EvalRequest:
-        winners = self.load_predictor.best_by_interval if self.load_predictor else None
-        candidate = Candidate.unroll(self.config.search_space, proposal.selection, proposal.parallel, winners)
-        ratio = proposal.selection.get("kv_load_ratio")
-        return EvalRequest.from_config(self.config, candidate, trace_file=self.trace_file,
-                                       profile_dir=self.profile_dir,
-                                       kv_load_ratio=None if ratio is None else float(ratio), eval_id=eval_id)
-
-
-def cache_key(context_key: str, selection: Mapping[str, Any], config: ParallelConfig) -> str:
-    return fingerprint({"context": context_key, "selection": dict(selection), "parallel": config.to_dict(),
-                        "mode": config.mode})
-
-
-def study_metrics(context: SearchContext, outcome: Outcome) -> dict[str, float]:
-    """What the study observes: the signed score (below every candidate that meets the SLA requirement when
-    this one misses it, ``scoring.search_value``), or the raw value per Pareto objective."""
-    goal = context.config.goal
-    if goal.is_pareto:
-        return {k: float(v) for k, v in (outcome.objectives or {}).items()}
-    return {SCALAR_METRIC: search_value(goal, float(outcome.score), outcome.metrics,  # type: ignore[arg-type]
-                                        outcome.candidate.context.gpu_budget)}
-
-
-def finite_or_infeasible(context: SearchContext, outcome: Outcome) -> Outcome:
-    """A feasible outcome whose objective is not finite (e.g. no request completed) cannot be ranked
-    or told to the study: it becomes infeasible with that reason."""
-    if outcome.feasible:
-        metrics = study_metrics(context, outcome)
-        if not metrics or not all(math.isfinite(v) for v in metrics.values()):
-            return replace(outcome, status=Status.infeasible,
-                           reason=f"non-finite objective {metrics} (did any request complete?)")
-    return outcome
 
 
 # ---------------------------------------------------------------- the branch
@@ -146,7 +43,7 @@ class BranchResult:
 
 
 def round_plan(branches: Sequence[Branch], config: SmartSearchConfig) -> tuple[dict[str, int], int]:
-    """Rounds per branch and the evaluation target (§6.1): rapid → max_rounds × per_round per branch;
+    """Rounds per branch and the evaluation target: rapid → max_rounds × per_round per branch;
     thorough → enough rounds to enumerate each branch, the target being the space's size."""
     sweep = config.sweep
     if sweep.policy is SweepPolicy.thorough:
@@ -222,7 +119,7 @@ class _Running:
         except BaseException as exc:  # noqa: BLE001 - raised again in the search loop's thread
             self.error = exc
         finally:
-            # What the ask cost: model asks take turns (study.MODEL_ASK), and the turn's wait is not its cost.
+            # What the ask cost: model asks take turns (jax_setup.MODEL_ASK), and the turn's wait is not its cost.
             self.seconds = time.perf_counter() - started - suggester.waited
             self.done.set()
 
@@ -248,7 +145,7 @@ class BranchSearch:
 
     Rounds are quotas, not barriers: a proposal belongs to the earliest round whose unique successes,
     counting its pending trials as successes, are short of ``candidates_per_round``; a round whose
-    attempts reach the cap (11 × per round) short of its target ends the branch (§6.5).
+    attempts reach the cap (11 × per round) short of its target ends the branch.
 
     A branch does not run itself: :func:`search_branches` steps it (``plan``, ``dispatch``, ``record``)
     beside the sweep's other branches, on one pool of workers.
@@ -467,68 +364,10 @@ class BranchSearch:
         return BranchResult()
 
 
-def search_branches(branches: Sequence[Branch], context: SearchContext, evaluator: Evaluator, cache: EvalCache,
-                    log: Sequence[Trial] = (), on_result: Callable[[Trial], None] | None = None,
-                    on_wait: Callable[[], None] | None = None,
-                    on_branch: Callable[[Branch, BranchResult], None] | None = None) -> list[BranchResult]:
-    """Search the branches together to their ends, resuming from ``log`` (every trial of the run so far).
-
-    A free worker takes the queued candidate picked first, whichever branch picked it, so a branch waiting
-    for its first outcomes or for its model leaves the workers to the others. What each branch asks depends
-    only on its own trials (``BranchSearch``), so searching them together changes when trials finish, not
-    which. ``on_branch`` is told each branch's result as it ends; the results are returned in branch order.
-    """
-    order = itertools.count()
-    searches = [BranchSearch(b, context, evaluator, cache, log, on_result, order) for b in branches]
-    live = list(searches)
-    try:
-        while live:
-            while True:  # plan and dispatch until nothing moves without an outcome
-                planned = [s.plan() for s in live]
-                while (heads := [s for s in live if s.queue]) and \
-                        min(heads, key=lambda s: s.queue[0].order).dispatch_head():
-                    pass
-                if not any(planned):
-                    break
-            for s in [s for s in live if s.finished]:
-                assert s.result is not None
-                s.result.trials = [s.done[i] for i in sorted(s.done)]
-                live.remove(s)
-                if on_branch is not None:
-                    on_branch(s.branch, s.result)
-            if not live:
-                break
-            owners = {ticket: s for s in live for ticket in s.running}
-            if not owners:
-                asking = [s.asking for s in live if s.asking is not None]
-                if not asking:
-                    raise RuntimeError("the search waits for outcomes that nothing is evaluating")
-                asking[0].done.wait(POLL_S)  # in slices: the main thread's signal handlers run meanwhile
-                continue
-            timeout = ASK_POLL_S if any(s.asking is not None for s in live) else POLL_S
-            for ticket, outcome in evaluator.poll(timeout):
-                owners[ticket].record(ticket, outcome)
-            if on_wait is not None:
-                on_wait()
-    finally:
-        for s in live:
-            s.leave()
-    return [s.result for s in searches if s.result is not None]
-
-
-def search_branch(branch: Branch, context: SearchContext, evaluator: Evaluator, cache: EvalCache,
-                  log: Sequence[Trial] = (), on_result: Callable[[Trial], None] | None = None,
-                  on_wait: Callable[[], None] | None = None) -> BranchResult:
-    """Search one branch to its end, resuming from ``log``."""
-    return search_branches([branch], context, evaluator, cache, log, on_result, on_wait)[0]
-
-
 def _result_of(trial: Trial) -> dict[str, Any]:
     """What a cache hit or duplicate copies from the trial that ran."""
     return {"candidate": trial.candidate, "score": trial.score, "objectives": trial.objectives,
             "metrics": dict(trial.metrics), "bands": dict(trial.bands)}
 
 
-__all__ = ["SearchContext", "Batch", "BranchResult", "BranchSearch", "search_branch", "search_branches", "round_plan",
-           "cache_key",
-           "study_metrics", "finite_or_infeasible"]
+__all__ = ["Batch", "BranchResult", "BranchSearch", "round_plan"]

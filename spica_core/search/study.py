@@ -7,48 +7,43 @@ designer alive and feeds it only the trials it has not seen; its random key is r
 ``(seed, step)`` before every suggest, so the same seed, trials, pool and step give the same
 picks whether the designer is warm or rebuilt after a resume.
 
-Runtime notes (spec/orchestration.md §2): Vizier's GP designers need ``jax_enable_x64``; padding the
+Runtime notes: Vizier's GP designers need ``jax_enable_x64``; padding the
 trial axis to powers of two (at least ``TRIAL_PAD_FLOOR``) bounds JIT compiles. jax keeps every executable it
 compiled. GP-UCB-PE's joins of completed and pending trials are done in numpy (``vizier_private``), so a steady
 ask compiles nothing new but a few small steps of jaxopt's L-BFGS-B result, one set per count of its stored
 corrections (at most 10). jax's caches are cleared only when a study's padded trial count grows (the smaller
 shapes are dead: it retraces anyway), and the freed heap is handed back to the system. GP designers reject a
 0-dimensional space, hence the dummy ``_spica_constant`` categorical.
+
+jax's and Vizier's set-up is ``jax_setup.py``, the pool and an ask's picks from it ``study_pool.py``, tracing
+GP-UCB-PE ahead of the first ask ``gp_warm_up.py``.
 """
 from __future__ import annotations
 
-import ctypes
 import datetime
-import gc
-import importlib.util
-import logging
 import math
-import os
-import sys
-import threading
 import time
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Final, Iterable, Literal, Sequence
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from spica_core.search.jax_setup import MODEL_ASK, _release_compiled, _runtime
+from spica_core.search.study_pool import _Choice, _Pool
 from spica_core.search.vizier_private import (
-    TRIAL_PAD_FLOOR, designer_classes, finite_designers, numpy_padding, padded_trials, pool_features, reseed, unpadded,
+    TRIAL_PAD_FLOOR, finite_designers, numpy_padding, padded_trials, reseed, unpadded,
 )
 from spica_core.space.params import Param
 
 ALGORITHMS: Final = ("DEFAULT", "GAUSSIAN_PROCESS_BANDIT", "RANDOM_SEARCH", "QUASI_RANDOM_SEARCH")
 GP_ALGORITHMS: Final = frozenset({"DEFAULT", "GAUSSIAN_PROCESS_BANDIT"})
 CONSTANT_PARAM: Final = "_spica_constant"
-JAX_CACHE_DIR: Final = Path.home() / ".cache" / "spica" / "jax"
 # Random restarts of the GP's ARD fit (Vizier's default is 4, plus its fixed start). Each restart is a scipy
-# L-BFGS-B run of a few hundred jitted steps, most of an ask's time (bench/bench_asks.py: a steady ask 1.51 s at
-# 4, 1.15 s at 1). At 1, DEFAULT's median best at 64 evaluations is the optimum on both benchmark spaces
-# (bench/results/search_quality_batch_share_2026-12-02.log: dense 0.939-1.000, MoE 1.000 on all 5 seeds), and
+# L-BFGS-B run of a few hundred jitted steps, most of an ask's time (a steady ask 1.51 s at
+# 4, 1.15 s at 1, measured when this was set). At 1, DEFAULT's median best at 64 evaluations is the optimum on both benchmark spaces
+# (measured when this was set: dense 0.939-1.000, MoE 1.000 on all 5 seeds), and
 # on tests/test_study.py's toy space its next picks score higher on 3 seeds of 6 and the same on the others
 # (at 4 it stays on the backend it knows; at 1 it also tries the other one at the best size).
 ARD_RESTARTS = 1
@@ -86,115 +81,6 @@ class TrialRecord:
     @property
     def feasible(self) -> bool:
         return self.infeasible_reason is None
-
-
-# ---------------------------------------------------------------- Vizier runtime
-
-
-_RUNTIME: SimpleNamespace | None = None
-
-
-def _runtime() -> SimpleNamespace:
-    """Import jax and Vizier once, configured for a CPU sweep: x64 on, warnings and absl quiet."""
-    global _RUNTIME
-    if _RUNTIME is not None:
-        return _RUNTIME
-    if "JAX_PLATFORMS" not in os.environ and importlib.util.find_spec("jax_cuda12_plugin") is None:
-        os.environ["JAX_PLATFORMS"] = "cpu"
-    for name in ("absl", "jax", "jax._src.xla_bridge", "vizier", "equinox", "jaxopt"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from absl import logging as absl_logging
-
-        absl_logging.set_verbosity(absl_logging.ERROR)
-        # absl's handler keeps the stream that was sys.stderr when absl was imported, and closes it when logging
-        # is reconfigured (Prefect's dictConfig closes every handler) unless it is sys.stderr by then: a
-        # redirected stderr (pytest's capture file, a caller's redirect_stderr) would be closed under its owner.
-        absl_logging.get_absl_handler().python_handler.stream = sys.__stderr__
-        import jax
-
-        jax.config.update("jax_enable_x64", True)
-        # Compiled GP code is kept on disk, so a later sweep on this machine skips the compiles: all of it. A study's
-        # first ask compiles ~127 executables in 3 s, most of them small; from a warm folder it took 5.3 s with all
-        # kept, 6.4 s with those over 20 ms, about 7 s with those over 0.2 s (bench/bench_asks.py, first row). A
-        # steady ask adds about four small entries (~20 KB); the folder can be deleted at any time.
-        jax.config.update("jax_compilation_cache_dir", os.environ.get("SPICA_JAX_CACHE_DIR", str(JAX_CACHE_DIR)))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-        from vizier import algorithms as vza
-        from vizier import pyvizier as vz
-        from vizier.pyvizier import converters
-        from vizier.jax import optimizers
-        from vizier.pyvizier.converters import padding
-    _RUNTIME = SimpleNamespace(jax=jax, vz=vz, vza=vza, QuasiRandomDesigner=designer_classes()[2],
-                               converters=converters, padding=padding, optimizers=optimizers)
-    return _RUNTIME
-
-
-def _release_compiled(jax: Any) -> None:
-    """Drop jax's compiled executables and hand the freed heap back to the system: glibc keeps what it freed
-    (about 1 MB per small executable, bench/bench_compiled_memory.py), so without ``malloc_trim`` the clear only
-    made room for the next trace instead of shrinking the process."""
-    jax.clear_caches()
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: its allocator returns memory its own way
-        pass
-
-
-# One model ask at a time in a process: jax's caches and the BLAS thread limit are process-wide, and two asks
-# would only share one GIL (each would end later than it does alone). Re-entrant: the tracing holds it around an ask.
-MODEL_ASK: Final = threading.RLock()
-
-
-_TRACING: list[threading.Thread] = []  # the process's one tracing thread, once started
-
-
-def warm_up(trace: bool = False) -> threading.Thread | None:
-    """Import jax and Vizier now (seconds), e.g. while something else starts. ``trace``: then also trace
-    GP-UCB-PE's code (:func:`trace_gp`) on a thread, once per process, and return that thread; it holds
-    :data:`MODEL_ASK`, so the sweep's first model ask finds the code traced or waits for it."""
-    _runtime()
-    if not trace:
-        return None
-    if not _TRACING:
-        # Not a daemon: the interpreter waits for it at exit (a daemon thread stopped inside jax aborts the process).
-        _TRACING.append(threading.Thread(target=_trace_quietly, name="spica-trace-gp"))
-        _TRACING[0].start()
-    return _TRACING[0]
-
-
-def _trace_quietly() -> None:
-    """:func:`trace_gp`, best effort: what fails there fails again in the sweep's first model ask, with that
-    stage's message, instead of as a thread's traceback on the terminal."""
-    try:
-        trace_gp()
-    except Exception:  # noqa: BLE001 - see the docstring
-        logging.getLogger(__name__).debug("tracing GP-UCB-PE ahead failed", exc_info=True)
-
-
-def trace_gp() -> None:
-    """One GP-UCB-PE ask (a UCB pick, then exploration picks) on a small made-up study with the padded shapes of
-    a single-objective branch's first model asks: jax traces per process and keeps what it traced by shape, not
-    by study, so the sweep's own first ask then costs what a steady one does (about 1 s, not 3-9 s of tracing
-    while the workers wait). Its picks are thrown away."""
-    params = [Param("x", "float", bounds=(0.0, 1.0)), Param("n", "discrete", values=(1, 2, 4, 8)),
-              Param("c", "categorical", values=("a", "b", "c"))]
-    rng = np.random.default_rng(0)
-    pool = [{"x": float(rng.random()), "n": int(rng.choice([1, 2, 4, 8])), "c": str(rng.choice(["a", "b", "c"]))}
-            for _ in range(64)]
-    study = Study(params, seed=0)
-    # Its ARD fit need not converge, only pass every count of L-BFGS-B's stored corrections (at most 10), each of
-    # which jax traces once: 12 iterations, not the 100 of four trials, about 0.5 s less (tested: nothing is left
-    # to trace).
-    study._ard_cap = 12
-    for raw in pool[:4]:
-        study.complete(raw, {"objective": raw["x"] * raw["n"] + (raw["c"] == "b")})
-    allowed = [False] * 6 + [True] * (len(pool) - 6)
-    with MODEL_ASK:
-        study.suggest(4, step=1, pool=pool, allowed=allowed, pending=pool[4:6], exploit=True)
-
 
 def ard_iterations(trials: int) -> int:
     """The L-BFGS-B iteration cap of GP-UCB-PE's ARD fit on this many completed trials."""
@@ -238,7 +124,7 @@ class Study:
         self.prior: tuple[TrialRecord, ...] = tuple(
             self._record(r.params, r.metrics, r.infeasible_reason, r.metadata) for r in prior)
 
-    # ------------------------------------------------------------ declaration (§7.3)
+    # ------------------------------------------------------------ declaration
 
     def _check_declaration(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -463,8 +349,7 @@ class Study:
         self._slot.ard_iterations = self._ard_cap or ard_iterations(len(self._trials))
         try:
             # One BLAS thread: the GP's small Cholesky solves gain nothing from more, and beside busy replay
-            # workers OpenBLAS's waiting threads spun: an ask took 4-13 s of CPU instead of 1 s (bench/bench_asks.py
-            # --busy).
+            # workers OpenBLAS's waiting threads spun: an ask took 4-13 s of CPU instead of 1 s.
             with threadpool_limits(limits=1):
                 self._designer.suggest(count)
         finally:
@@ -513,73 +398,7 @@ class Study:
             choice.take([nearest])
 
 
-# ---------------------------------------------------------------- finite-set acquisition
-
-
-@dataclass
-class _Pool:
-    """A candidate pool as the study scores it: raw dicts, Vizier trials, scaled features."""
-
-    raws: Sequence[dict[str, Any]]
-    trials: list[Any]
-    features: Any                                       # vizier ModelInput, read through unpadded()
-    designer_features: dict[int, Any] = field(default_factory=dict)   # per designer converter
-
-    @property
-    def continuous(self) -> np.ndarray:
-        return unpadded(self.features.continuous)
-
-    @property
-    def categorical(self) -> np.ndarray:
-        return unpadded(self.features.categorical)
-
-    def for_converter(self, converter: Any) -> Any:
-        key = id(converter)
-        if key not in self.designer_features:
-            self.designer_features[key] = pool_features(converter.to_features(self.trials))
-        return self.designer_features[key]
-
-
-class _Choice:
-    """One ask's picks from a pool: which positions are still free, and which were taken, in order."""
-
-    def __init__(self, pool: _Pool, free: np.ndarray):
-        self.pool = pool
-        self.free = free.copy()
-        self.taken: list[int] = []
-
-    def take(self, positions: Iterable[int]) -> None:
-        for p in positions:
-            p = int(p)
-            if not self.free[p]:
-                raise ValueError(f"candidate {p} is not free")
-            self.free[p] = False
-            self.taken.append(p)
-
-    def best(self, scores: Any, count: int) -> list[tuple[int, float]]:
-        """Take the ``count`` free positions with the highest score (NaN lowest; ties: lower position)."""
-        values = np.asarray(scores, dtype=float).reshape(-1)[:len(self.pool.raws)]
-        values = np.where(np.isnan(values), -np.inf, values)
-        order = [int(i) for i in np.argsort(-values, kind="stable") if self.free[i]][:count]
-        self.take(order)
-        return [(i, float(values[i])) for i in order]
-
-    def nearest(self, continuous: np.ndarray, categorical: np.ndarray) -> int | None:
-        """The free position closest to a point: squared scaled distance plus categorical mismatches."""
-        if not self.free.any():
-            return None
-        distance = ((self.pool.continuous - continuous) ** 2).sum(axis=1) + \
-            (self.pool.categorical != categorical).sum(axis=1)
-        distance = np.where(self.free, distance, np.inf)
-        return int(np.argmin(distance))
-
-    def trial(self, position: int, score: float) -> Any:
-        """What a designer's acquisition step returns for a pick: the pool trial, scored, tagged."""
-        vz = _runtime().vz
-        out = vz.Trial(parameters=self.pool.trials[position].parameters,
-                       metadata=vz.Metadata({_POOL_POSITION: str(position)}))
-        out.complete(vz.Measurement(metrics={"acquisition": score}))
-        return out
+# ---------------------------------------------------------------- what a designer reads during an ask
 
 
 class _Slot:
@@ -606,13 +425,10 @@ class _ArdFit:
                                                            best_n=best_n)
 
 
-_POOL_POSITION: Final = "spica_pool_position"
-
-
 def _plain_number(value: Any) -> int | float:
     """Integral discrete values as int (JSON- and Parquet-friendly), others as float."""
     number = float(value)
     return int(number) if number.is_integer() else number
 
 
-__all__ = ["Study", "TrialRecord", "warm_up", "trace_gp", "MODEL_ASK", "ALGORITHMS", "GP_ALGORITHMS", "CONSTANT_PARAM", "derive_seed", "ard_iterations"]
+__all__ = ["Study", "TrialRecord", "ALGORITHMS", "GP_ALGORITHMS", "CONSTANT_PARAM", "derive_seed", "ard_iterations"]

@@ -25,7 +25,7 @@ from spica_core.search.trials import Trial
 from spica_core.search.warm_start import WarmStart
 from spica_core.space.branches import Branch
 
-ATTEMPT_CAP_FACTOR = 11  # "requested batch + at most 10× replacements" (§6.2)
+ATTEMPT_CAP_FACTOR = 11  # "requested batch + at most 10× replacements"
 SCALAR_METRIC = "objective"
 MAX_POOL = 4096  # larger spaces are scored on a fresh seeded sample of this many unseen candidates per ask
 
@@ -36,7 +36,7 @@ class Suggester(Protocol):
     proposals may depend on, ``costs`` what asking and evaluating cost so far."""
 
     space: CandidateSpace
-    stalls: bool      # rounds count unique successes, and a round short of its target ends the branch (§6.5)
+    stalls: bool      # rounds count unique successes, and a round short of its target ends the branch
     fits_model: bool  # its asks fit a model, so they cost what Costs measures
     warm: list[int]   # candidates proposed before any other (an earlier run's top ones)
     waited: float     # seconds its last suggest waited for another model ask to end (not what it cost)

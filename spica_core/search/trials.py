@@ -99,7 +99,7 @@ class Trial:
 
 @dataclass
 class EvalCache:
-    """Successful evaluations of this run by cache key (only successes are cached, §6.3)."""
+    """Successful evaluations of this run by cache key (only successes are cached)."""
 
     entries: dict[str, Trial] = field(default_factory=dict)
 
@@ -116,7 +116,7 @@ class EvalCache:
 
 @dataclass
 class Tally:
-    """The outcome counts the summary prints (§6.6)."""
+    """The outcome counts the summary prints."""
 
     attempts: int = 0
     feasible: int = 0

@@ -100,7 +100,7 @@ def numpy_padding(padding: Any, pad_trials: bool, trial_floor: Callable[[], int]
     returns the padded size of an ask's completed + pending + new trials, so the completed trials' arrays (the
     ARD fit) and the joined ones (the pending picks) share one shape and an ask traces one GP, not two. Vizier's
     own schedule pads with ``jnp.pad``, one dispatched jax op per array, about 0.8 s of every ask
-    (bench/bench_asks.py). Built on first use so that importing this module never imports Vizier."""
+    (measured when this was added). Built on first use so that importing this module never imports Vizier."""
     global _PADDING
     if _PADDING is not None:
         return _PADDING[pad_trials](trial_floor=trial_floor)
@@ -252,7 +252,7 @@ def without_pick_predictions() -> Any:
     them into the suggestion's debugging metadata, which Spica never reads. Each ``aux`` is a jax trace of its own
     (the GP's predictive distribution through tensorflow-probability's shape inference), once per process: a
     process's first ask took 12.1-12.7 s with them and 9.3-9.6 s without, steady asks unchanged
-    (bench/bench_asks.py --pick-predictions vizier|none, bench/results/no_pick_predictions_2026-12-05.log). Here ``aux`` is one plain function, the same object on every
+    (measured when this was added). Here ``aux`` is one plain function, the same object on every
     pick, so its trivial trace is cached at once; the metadata reads NaN."""
     import contextlib
 
