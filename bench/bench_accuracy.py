@@ -56,7 +56,7 @@ def log(msg: str) -> None:
 
 
 def quantization_available() -> bool:
-    from spica_core.config.model import SearchSpace
+    from spica_core.config.search_space import SearchSpace
 
     return "quantization" in SearchSpace.model_fields
 

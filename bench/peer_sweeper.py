@@ -126,7 +126,7 @@ SLA = {"ttft_ms": 1500, "itl_ms": 30}
 
 def normalised_space(space: dict[str, Any]) -> dict[str, Any]:
     """The space with Spica's defaults filled in (Spica's own ``SearchSpace`` model)."""
-    from spica_core.config.model import SearchSpace
+    from spica_core.config.search_space import SearchSpace
 
     return SearchSpace.model_validate(space).model_dump(mode="json")
 

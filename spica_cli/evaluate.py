@@ -80,7 +80,7 @@ def _fmt(value: Any) -> str:
 
 
 def render_text(outcome: Any, goal: Any, headroom: Any = None) -> str:
-    from spica_core.emit.report import band_range
+    from spica_core.emit.report_format import band_range
     from spica_core.evaluate import METRICS, headline
 
     sample = outcome.candidate.to_sample()
@@ -106,7 +106,7 @@ def render_text(outcome: Any, goal: Any, headroom: Any = None) -> str:
                      + (f" (sla {goal.sla.model_dump(exclude_none=True)}{confidence})" if goal.sla else ""))
         lines.append(f"score: {_fmt(outcome.score)}")
         if goal.sla is not None:
-            from spica_core.emit.report import attainment_text, percent
+            from spica_core.emit.report_format import attainment_text, percent
             from spica_core.evaluate import attainment, meets_sla
 
             lines.append(f"SLA attainment: {attainment_text(attainment(outcome.report), meets_sla(goal, outcome.report))}"

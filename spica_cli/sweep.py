@@ -38,7 +38,7 @@ class Ranked(Protocol):
 def candidate_table(ranking: Sequence[Ranked], pareto: bool, objectives: Sequence[str],
                     required_attainment: float = 0.0) -> list[str]:
     """The top candidates, or the front, as aligned text lines (a title line first, notes last)."""
-    from spica_core.emit.report import attainment_text, rank_label
+    from spica_core.emit.report_format import attainment_text, rank_label
     from spica_core.evaluate import metric_or_fallback
 
     lines: list[str] = []
@@ -71,7 +71,7 @@ def candidate_table(ranking: Sequence[Ranked], pareto: bool, objectives: Sequenc
 
 def requirement_lines(ranking: Sequence[Ranked], pareto: bool, required: float) -> list[str]:
     """Under the table: how many meet the SLA requirement (or that none does), and the near-ties."""
-    from spica_core.emit.report import percent
+    from spica_core.emit.report_format import percent
 
     lines = []
     if required > 0 and any(r.meets_sla is not None for r in ranking):

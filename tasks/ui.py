@@ -18,7 +18,7 @@ from prefect.logging import get_run_logger
 from spica_core.config.model import SmartSearchConfig
 from spica_core.evaluate import attainment, meets_sla, metric_or_fallback, objective_metric, raw_value
 from spica_core.emit import CandidateRecord, fmt
-from spica_core.emit.report import attainment_text, band_range, percent
+from spica_core.emit.report_format import attainment_text, band_range, percent
 from spica_core.search import RankedCandidate, Tally, Trial
 
 

@@ -14,7 +14,8 @@ import pytest
 import spica_core.space.branches as branches_mod
 import tasks.load_predictor as load_predictor_mod
 import tasks.space as space_mod
-from spica_core.config.model import OptimizationGoal, SmartSearchConfig
+from spica_core.config.goal import OptimizationGoal
+from spica_core.config.model import SmartSearchConfig
 from spica_core.emit.records import CandidateRecord, Provenance
 from spica_core.errors import NoViableParallelConfigError, RunDirError
 from spica_core.evaluate.bands import Band

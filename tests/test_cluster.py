@@ -154,7 +154,7 @@ def test_an_address_of_another_form_names_the_option_and_the_forms(bad: str) -> 
                                                ("ray://head.example:10001", ("ray", "head.example", 10001)),
                                                (" tcp://10.0.0.2:1 ", ("tcp", "10.0.0.2", 1))])
 def test_the_config_and_the_evaluator_read_an_address_alike(address: str, parsed: tuple[str, str, int]) -> None:
-    from spica_core.config.model import SweepConfig, parse_cluster_address
+    from spica_core.config.sweep import SweepConfig, parse_cluster_address
     from spica_core.evaluate.cluster_connect import _parse
 
     assert parse_cluster_address(address) == _parse(address) == parsed

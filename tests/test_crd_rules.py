@@ -15,9 +15,10 @@ import pytest
 import yaml
 
 from spica_core.config.model import SmartSearchConfig
-from spica_core.emit import crd
+from spica_core.emit import crd_schema
 from spica_core.emit.crd import check_manifest
 from spica_core.emit.crd_cel import cel_problems, rules_of
+from spica_core.emit.crd_webhook import EXECUTOR_ANNOTATION
 from spica_core.emit.manifests import manifest
 from spica_core.deployment import Candidate
 from spica_core.space.parallel import ParallelConfig
@@ -120,7 +121,7 @@ def _gms_pods_inter_pod(doc: Doc) -> None:
 
 
 def _executor_annotation(doc: Doc) -> None:
-    _worker(doc)["podTemplate"]["metadata"] = {"annotations": {crd.EXECUTOR_ANNOTATION: "slurm"}}
+    _worker(doc)["podTemplate"]["metadata"] = {"annotations": {EXECUTOR_ANNOTATION: "slurm"}}
 
 
 def _sidecar_without_image(doc: Doc) -> None:
@@ -251,7 +252,7 @@ def test_the_rules_see_the_schema_defaults() -> None:
 # ---------------------------------------------------------------- the rules come from the CRD file
 
 
-RULES = rules_of(crd.version_schema())
+RULES = rules_of(crd_schema.version_schema())
 CREATE_TIME = [r for r in RULES if r.on_create]
 
 
@@ -335,7 +336,7 @@ def _init(doc: Doc) -> Doc:
 
 
 def test_every_set_typed_list_of_the_crd_has_a_test() -> None:
-    [v1beta1] = [v for v in crd.crd()["spec"]["versions"] if v["name"] == "v1beta1"]
+    [v1beta1] = [v for v in crd_schema.crd()["spec"]["versions"] if v["name"] == "v1beta1"]
     assert sorted(_set_lists(v1beta1["schema"]["openAPIV3Schema"], "")) == sorted(SETS)
 
 

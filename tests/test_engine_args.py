@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from spica_core.space.precision import precision_of
-from spica_core.config.model import SmartSearchConfig, Workload
+from spica_core.config.model import SmartSearchConfig
+from spica_core.config.workload import Workload
 from spica_core.errors import InfeasibleKVCapacityError, RejectedEngineArgsError
 from spica_core.evaluate.engine_args import (
     KV_TRANSFER_GBPS_PER_GPU,

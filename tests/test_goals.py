@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from spica_core.config.model import OptimizationGoal
+from spica_core.config.goal import OptimizationGoal
 from spica_core.errors import GoodputContractError
 from spica_core.search import pareto_front, rank
 from spica_core.evaluate.scoring import (

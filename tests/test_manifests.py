@@ -11,8 +11,10 @@ import pytest
 import yaml
 
 from spica_core.config.model import SmartSearchConfig
-from spica_core.emit.crd import API_VERSION, BACKENDS, KIND, WORKER_TYPES, backend_of, check_manifest, instance_gpus
-from spica_core.emit.manifests import ManifestOptions, manifest, manifest_yaml
+from spica_core.emit.crd import API_VERSION, KIND, check_manifest
+from spica_core.emit.crd_reading import BACKENDS, WORKER_TYPES, backend_of, instance_gpus
+from spica_core.emit.manifest_options import ManifestOptions
+from spica_core.emit.manifests import manifest, manifest_yaml
 from spica_core.emit.outputs import EmitOptions, write_manifests
 from spica_core.emit.records import CandidateRecord
 from spica_core.errors import ManifestError
@@ -672,7 +674,7 @@ def test_only_v1beta1_is_checked() -> None:
 
 def test_the_parallel_flags_a_manifest_writes_are_the_ones_the_checker_reads() -> None:
     """One table of spellings: a written flag that the GPU count check could not read would hide a wrong size."""
-    from spica_core.emit.crd import INSTANCE_SIZES, PARALLEL_FLAGS, instance_gpus, parallel_flag
+    from spica_core.emit.crd_reading import INSTANCE_SIZES, PARALLEL_FLAGS, instance_gpus, parallel_flag
 
     for backend, sizes in INSTANCE_SIZES.items():
         args = [a for size in sizes for a in (parallel_flag(backend, size), "2")]

@@ -10,9 +10,10 @@ import pytest
 from spica_core.config.model import SmartSearchConfig
 from spica_core.emit.aic_estimate import AICEstimate
 from spica_core.emit.records import CandidateRecord, Provenance
-from spica_core.emit.report import (
-    ReportFiles, ReportInputs, backend_groups, fmt, progress_series, render_markdown, trace_profile, write_report,
-)
+from spica_core.emit.numbers import fmt
+from spica_core.emit.report import ReportFiles, ReportInputs, render_markdown, write_report
+from spica_core.emit.report_plots import backend_groups, progress_series
+from spica_core.emit.report_workload import trace_profile
 from spica_core.deployment import Candidate
 from spica_core.evaluate import Status
 from examples.make_traces import write_mooncake_trace, write_poisson_trace

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from spica_cli.main import main as spica
-from spica_core.config.model import OptimizationGoal, SmartSearchConfig
+from spica_core.config.goal import OptimizationGoal
+from spica_core.config.model import SmartSearchConfig
 from spica_core.emit.rechecks import ConfidenceCheck
 from spica_core.evaluate import attainment, meets_sla, metric_value, search_value
 from spica_core.search import near_ties, pareto_front, rank

@@ -1,4 +1,4 @@
-"""The validate stage (reference §1–§5): the config model, the knob tables, goal policies and §2.11 pruning.
+"""The validate stage: the config model, the knob tables, goal policies and dead-dimension pruning.
 
 The names below are imported on first use (PEP 562), so importing one submodule (say
 ``spica_core.config.issues``) does not load the others and their dependencies.
@@ -15,11 +15,15 @@ _FROM: dict[str, str] = {
         "COMPOSITE_PRESETS", "decode_composite", "DEFAULT_KV_CACHE_DTYPE", "ENGINE_KNOBS", "entry_label",
         "INT_KNOBS", "KV_ROUTER_KNOBS", "PREDICTOR_FAMILIES", "predictor_fields",
     ), "knobs"),
+    **dict.fromkeys(("SmartSearchConfig",), "model"),
+    **dict.fromkeys(("DisaggParallel", "ParallelShape", "SearchSpace"), "search_space"),
+    **dict.fromkeys(("Workload",), "workload"),
     **dict.fromkeys((
-        "CLUSTER_FORMS", "DisaggParallel", "GOODPUT_TARGETS", "MINIMIZED_TARGETS", "OptimizationGoal",
-        "OptimizationTarget", "ParallelShape", "parse_cluster_address", "SearchSpace", "SLATarget",
-        "SmartSearchConfig", "SweepConfig", "SweepPolicy", "VizierAlgorithm", "Workload",
-    ), "model"),
+        "GOODPUT_TARGETS", "MINIMIZED_TARGETS", "OptimizationGoal", "OptimizationTarget", "SLATarget",
+    ), "goal"),
+    **dict.fromkeys((
+        "CLUSTER_FORMS", "parse_cluster_address", "SweepConfig", "SweepPolicy", "VizierAlgorithm",
+    ), "sweep"),
     **dict.fromkeys((
         "filter_for_goal", "filter_scaling_policies", "planner_target", "PolicyEntry", "PolicyFilter",
         "scaling_flags", "throughput_intervals", "with_policies",
@@ -39,11 +43,13 @@ if TYPE_CHECKING:  # what type checkers and editors see
         COMPOSITE_PRESETS, decode_composite, DEFAULT_KV_CACHE_DTYPE, ENGINE_KNOBS, entry_label, INT_KNOBS,
         KV_ROUTER_KNOBS, PREDICTOR_FAMILIES, predictor_fields
     )
-    from spica_core.config.model import (
-        CLUSTER_FORMS, DisaggParallel, GOODPUT_TARGETS, MINIMIZED_TARGETS, OptimizationGoal,
-        OptimizationTarget, ParallelShape, parse_cluster_address, SearchSpace, SLATarget, SmartSearchConfig,
-        SweepConfig, SweepPolicy, VizierAlgorithm, Workload
+    from spica_core.config.goal import (
+        GOODPUT_TARGETS, MINIMIZED_TARGETS, OptimizationGoal, OptimizationTarget, SLATarget
     )
+    from spica_core.config.model import SmartSearchConfig
+    from spica_core.config.search_space import DisaggParallel, ParallelShape, SearchSpace
+    from spica_core.config.sweep import CLUSTER_FORMS, parse_cluster_address, SweepConfig, SweepPolicy, VizierAlgorithm
+    from spica_core.config.workload import Workload
     from spica_core.config.policies import (
         filter_for_goal, filter_scaling_policies, planner_target, PolicyEntry, PolicyFilter, scaling_flags,
         throughput_intervals, with_policies

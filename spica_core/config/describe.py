@@ -8,7 +8,7 @@ from spica_core.config.trace import TraceSummary
 
 
 def searched_knobs(config: SmartSearchConfig) -> dict[str, int]:
-    """Knob → number of choices, over the configured modes after dead-dimension pruning (§2.11).
+    """Knob → number of choices, over the configured modes after dead-dimension pruning.
 
     A continuous range counts as -1. Backend viability (perf data, KV feasibility) is not checked
     here; ``spica space`` does that.

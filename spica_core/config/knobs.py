@@ -1,4 +1,4 @@
-"""Allowed values, defaults and composite presets of every searchable knob (reference §2–§3).
+"""Allowed values, defaults and composite presets of every searchable knob.
 
 This module is the single table the config model, the branch builder and the unroller read.
 """
@@ -21,7 +21,7 @@ QUANTIZATIONS: Final = (
 )
 
 
-# ---------------------------------------------------------------- composite presets (§3.1–§3.4)
+# ---------------------------------------------------------------- composite presets
 
 def _scaling(throughput: bool, load: bool, throughput_interval: int | None, load_interval: int | None
              ) -> dict[str, Any]:
@@ -84,7 +84,7 @@ COMPOSITE_PRESETS: Final[dict[str, dict[str, dict[str, Any]]]] = {
     "load_predictor_candidates": LOAD_PREDICTORS,
 }
 
-# §3.5: keys a dict entry may carry, and the ones it must carry ("self-contained").
+# Keys a dict entry may carry, and the ones it must carry ("self-contained").
 COMPOSITE_DICT_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "planner_scaling_policy": ("enable_throughput_scaling", "enable_load_scaling",
                                "throughput_adjustment_interval_seconds", "load_adjustment_interval_seconds"),
@@ -94,7 +94,7 @@ COMPOSITE_DICT_KEYS: Final[dict[str, tuple[str, ...]]] = {
                                   "kalman_q_level", "kalman_q_trend", "kalman_r", "kalman_min_points"),
 }
 # The planner's type of each dict-entry field besides the predictor family; value ranges and
-# cross-field rules are left to Dynamo's PlannerConfig (§3.5).
+# cross-field rules are left to Dynamo's PlannerConfig.
 COMPOSITE_FIELD_TYPES: Final[dict[str, str]] = {
     "enable_throughput_scaling": "a boolean", "enable_load_scaling": "a boolean",
     "throughput_adjustment_interval_seconds": "an integer or null",
@@ -112,7 +112,7 @@ COMPOSITE_REQUIRED_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "load_predictor_candidates": ("load_predictor",),
 }
 
-# ---------------------------------------------------------------- atomic knobs (§2.2–§2.7, §2.10)
+# ---------------------------------------------------------------- atomic knobs
 
 SEARCH_CHOICES: Final[dict[str, tuple[Any, ...]]] = {
     "deployment_mode": DEPLOYMENT_MODES,

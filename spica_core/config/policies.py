@@ -1,18 +1,19 @@
-"""Which planner scaling policies a goal can use (§3.6, §4.6), applied before the search."""
+"""Which planner scaling policies a goal can use (by the goal → planner target mapping), applied before the search."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
 from spica_core.config.knobs import decode_composite
-from spica_core.config.model import GOODPUT_TARGETS, OptimizationGoal, OptimizationTarget, SmartSearchConfig
+from spica_core.config.goal import GOODPUT_TARGETS, OptimizationGoal, OptimizationTarget
+from spica_core.config.model import SmartSearchConfig
 from spica_core.errors import SpicaError
 
 PolicyEntry = str | dict[str, Any]
 
 
 def planner_target(goal: OptimizationGoal) -> str:
-    """The planner's optimization_target for a sweep goal (§4.6)."""
+    """The planner's optimization_target for a sweep goal."""
     if goal.target is OptimizationTarget.e2e_latency:
         return "latency"
     if goal.target in GOODPUT_TARGETS or goal.target is OptimizationTarget.min_gpus:
@@ -55,7 +56,9 @@ class PolicyFilter:
 
 
 def filter_for_goal(config: SmartSearchConfig) -> PolicyFilter:
-    """Apply §7.1 step 3; raises when no policy survives, naming the field to change."""
+    """Keep the scaling policies the goal's planner target can run (throughput scaling only under the sla target,
+    and no scaling under it without ttft_ms and itl_ms); raises when no policy survives, naming the field to
+    change."""
     goal = config.goal
     target = planner_target(goal)
     policies = list(config.search_space.planner_scaling_policy)

@@ -1,4 +1,4 @@
-"""Dead-dimension pruning (§2.11): which knobs one deployment mode actually searches.
+"""Dead-dimension pruning: which knobs one deployment mode actually searches.
 
 A knob that cannot change the candidate (router weights under round robin, planner details
 without a scaling policy, the other mode's engine knobs) is never a study dimension.
@@ -14,7 +14,7 @@ from spica_core.config.policies import scaling_flags
 
 def branch_knob_choices(config: SmartSearchConfig, mode: str, backends: Sequence[str]
                         ) -> tuple[dict[str, list[Any]], dict[str, tuple[float, float]]]:
-    """§2.11: the knobs this branch searches (with their choices), and its float ranges."""
+    """The knobs this branch searches (with their choices), and its float ranges."""
     ss = config.search_space
     knobs: dict[str, list[Any]] = {"backend": list(backends)}
     for name in ENGINE_KNOBS[mode]:                                   # rule 4

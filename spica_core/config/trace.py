@@ -1,4 +1,4 @@
-"""Streaming validation of a mooncake JSONL trace before it reaches Dynamo's replay (reference §5.4).
+"""Streaming validation of a mooncake JSONL trace before it reaches Dynamo's replay.
 
 The replay is a Rust engine that stops at the first bad line with a terse message ("failed to parse line N"),
 or quietly re-bases, re-orders or truncates requests. ``check_trace`` reads the whole file once, in bounded memory,

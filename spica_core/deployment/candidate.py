@@ -13,7 +13,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from spica_core.config.knobs import decode_composite, predictor_fields
-from spica_core.config.model import SearchSpace
+from spica_core.config.search_space import SearchSpace
 from spica_core.config.policies import PolicyEntry
 from spica_core.errors import SpicaError
 from spica_core.space.parallel import Mode, ParallelConfig

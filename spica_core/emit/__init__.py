@@ -1,7 +1,8 @@
 """The emit stage: candidate files, DynamoGraphDeployment manifests and the report."""
 from spica_core.emit.aic_estimate import AICEstimate, aic_estimate
 from spica_core.emit.crd import check_manifest
-from spica_core.emit.manifests import ManifestOptions, manifest, manifest_yaml
+from spica_core.emit.manifest_options import ManifestOptions
+from spica_core.emit.manifests import manifest, manifest_yaml
 from spica_core.emit.numbers import MISSING, fmt
 from spica_core.emit.outputs import (
     DEFAULT_TOP,

@@ -3,7 +3,7 @@
 For an aggregated candidate with the planner off, the report shows what ``aiconfigurator cli
 estimate --estimate-mode agg`` (Python: ``aiconfigurator.cli.api.cli_estimate(mode="agg")``) would
 say for the same deployment. Only aiconfigurator-core is installed, so this module makes the calls
-the CLI's ``_run_agg_estimate`` makes, one by one, through the core SDK (aic.md §7.2, §7.4):
+the CLI's ``_run_agg_estimate`` makes, one by one, through the core SDK:
 
 1. ``config_builders.build_model_config(tp, pp, attention_dp, moe_tp, moe_ep)`` and, with
    ``aic_nextn``, ``config_builders.apply_nextn``;

@@ -1,4 +1,4 @@
-"""One candidate → one ``nvidia.com/v1beta1`` DynamoGraphDeployment (manifests spec §1–§6).
+"""One candidate → one ``nvidia.com/v1beta1`` DynamoGraphDeployment.
 
 ``manifest(candidate)`` deploys exactly the candidate that was scored: the frontend with the
 candidate's router, one worker component per role with its replicas, GPU limits and engine flags
@@ -6,70 +6,56 @@ candidate's router, one worker component per role with its replicas, GPU limits 
 with its PlannerConfig JSON when the candidate scales, KVBM host offload when it offloads, an
 optional model-cache PVC and the provenance annotations. A candidate field with no deploy-time
 equivalent that would change what runs is never dropped: :class:`ManifestError` lists every such
-field. Fields that only size or tune the simulation (§2.4) are kept in the ``spica.dev/candidate``
+field. Fields that only size or tune the simulation are kept in the ``spica.dev/candidate``
 annotation and named in ``spica.dev/not-rendered``.
 
 ``manifest_yaml(doc)`` renders it: key order as built, every string a YAML string (numeric-looking and
 YAML-1.1 boolean-looking strings quoted), JSON blobs on one line.
+
+This module checks the candidate and builds the document (frontend, workers, annotations);
+``manifest_options.py`` holds the options and default images, ``manifest_engines.py`` each engine's
+flags, ``manifest_planner.py`` the Planner component and ``manifest_context.py`` the state the builders
+share.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
-from spica_core.emit.crd import (
-    API_VERSION, DNS_LABEL, GPU_RESOURCE, KIND, MAIN_CONTAINER, SEMVER_TAG, image_tag, parallel_flag,
-)
-from spica_core.errors import ManifestError, PlannerConfigError, SpicaError
-from spica_core.deployment import Candidate, EngineKnobs
-from spica_core.store import canonical_json, fingerprint
+from spica_core.deployment import Candidate
+from spica_core.emit.crd import API_VERSION, KIND
+from spica_core.emit.crd_reading import GPU_RESOURCE, MAIN_CONTAINER, image_tag
+from spica_core.emit.crd_webhook import DNS_LABEL, SEMVER_TAG
+from spica_core.emit.manifest_context import _component, _Context, _env, _num, _Problems
+from spica_core.emit.manifest_engines import _host_memory, _kvbm_env, _sglang_args, _trtllm_args, _vllm_args
+from spica_core.emit.manifest_options import IMAGE_ENGINES, RUNTIME_REPOS, ManifestOptions, default_image
+from spica_core.emit.manifest_planner import _planner_component
+from spica_core.errors import SpicaError
 from spica_core.space.parallel import Shape
+from spica_core.store import canonical_json, fingerprint
 
-if TYPE_CHECKING:
-    from spica_core.config.model import OptimizationGoal
 
-DYNAMO_VERSION = "1.6.1"
-IMAGE_REGISTRY = "nvcr.io/nvidia/ai-dynamo"
-RUNTIME_REPOS = {"vllm": "vllm-runtime", "sglang": "sglang-runtime", "trtllm": "tensorrtllm-runtime"}
-PLANNER_REPO = "dynamo-planner"
-# Engines the ai-dynamo 1.6.1 runtime images ship (spec §0); the perf DB may be older (spica.dev/perf-db-version).
-IMAGE_ENGINES = {"vllm": "vllm 0.31.0", "sglang": "sglang 0.5.21", "trtllm": "tensorrt-llm 1.3.0rc29"}
 ANNOTATION_PREFIX = "spica.dev/"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "spica"}
-MAX_DGD_NAME = 40                    # it prefixes every child name (§6.5)
+MAX_DGD_NAME = 40                    # it prefixes every child name
 MODEL_CACHE_VOLUME = "model-cache"
 MODEL_CACHE_MOUNT = "/model-cache"   # HF_HOME points here
-HOST_MEMORY_HEADROOM_GIB = 64        # KVBM pods: the host cache plus this much for the process (§5.1)
-HOST_MEMORY_LIMIT_FACTOR = 1.25      # memory limit = request × this
-SGLANG_BOOTSTRAP_PORT = 12345
-PLANNER_TARGETS = ("throughput", "latency", "sla")
 
 COMPONENT_NAMES = {"agg": "worker", "prefill": "prefill", "decode": "decode"}
 COMPONENT_TYPES = {"agg": "worker", "prefill": "prefill", "decode": "decode"}
-FRONTEND, PLANNER = "Frontend", "Planner"
+FRONTEND = "Frontend"
 
-VLLM_KV_EVENTS = {"publisher": "zmq", "topic": "kv-events", "endpoint": "tcp://*:20080", "enable_kv_cache_events": True}
-SGLANG_KV_EVENTS = {"publisher": "zmq", "topic": "kv-events", "endpoint": "tcp://*:5557"}
-NIXL_CONNECTOR = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
-KVBM_MODULE = "kvbm.vllm_integration.connector"
-KVBM_CONNECTOR = {"kv_connector": "DynamoConnector", "kv_connector_module_path": KVBM_MODULE, "kv_role": "kv_both"}
-PD_CONNECTOR = {"kv_connector": "PdConnector", "kv_role": "kv_both",
-                "kv_connector_extra_config": {"connectors": [KVBM_CONNECTOR, NIXL_CONNECTOR]},
-                "kv_connector_module_path": KVBM_MODULE}
-
-# Keys the operator owns (§6.4): never set them.
+# Keys the operator owns: never set them.
 OPERATOR_KEYS = frozenset({
     "nvidia.com/dynamo-component-type", "nvidia.com/dynamo-sub-component-type",
     "nvidia.com/dynamo-graph-deployment-name", "nvidia.com/dynamo-component", "nvidia.com/dynamo-namespace",
     "nvidia.com/selector", "nvidia.com/metrics-enabled", "nvidia.com/workload-provider",
 })
-# Candidate fields that only size or tune the simulation (§2.4); recorded, never rendered.
+# Candidate fields that only size or tune the simulation; recorded, never rendered.
 REPLAY_ONLY = ("startup_time", "kv_bytes_per_token", "bandwidth_g1_to_g2_gbps", "bandwidth_g2_to_g1_gbps",
                "concurrency", "kv_load_ratio", "kv_load_capacity_tokens", "kv_load_concurrency_capacity")
 _ANNOTATION_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
@@ -78,88 +64,10 @@ _IMAGE_REPO = re.compile(r"(?:^|/)(vllm|sglang|tensorrtllm)-runtime$")
 _RUNTIME_BACKEND = {"vllm": "vllm", "sglang": "sglang", "tensorrtllm": "trtllm"}
 
 
-@dataclass(frozen=True)
-class ManifestOptions:
-    """Deployment parameters a candidate does not carry.
-
-    ``image`` None = ``nvcr.io/nvidia/ai-dynamo/<backend>-runtime:1.6.1`` (§6.6); ``planner_image`` None =
-    the ``dynamo-planner`` image of the same registry and tag. ``optimization_target`` (with ``ttft_ms`` /
-    ``itl_ms`` for ``sla``) is the sweep goal's planner target (§4.6): required for a candidate that
-    scales, because the replay scored it under that target — see :meth:`for_goal`.
-    """
-
-    image: str | None = None
-    namespace: str | None = None
-    model_cache_pvc: str | None = "model-cache"
-    name: str | None = None
-    planner_image: str | None = None
-    hf_token_secret: str | None = "hf-token-secret"
-    dynamo_version: str = DYNAMO_VERSION        # runtimeVersionOverride when an image tag is not semver
-    optimization_target: str | None = None
-    ttft_ms: float | None = None
-    itl_ms: float | None = None
-    shared_memory_size: str | None = "64Gi"     # /dev/shm of workers that span more than one GPU
-
-    @classmethod
-    def for_goal(cls, goal: OptimizationGoal, **kwargs: Any) -> ManifestOptions:
-        """Options carrying the planner target (and SLA) the sweep's goal gave the replayed planner."""
-        from spica_core.config.policies import planner_target
-
-        sla = goal.sla
-        return cls(optimization_target=planner_target(goal), ttft_ms=sla.ttft_ms if sla else None,
-                   itl_ms=sla.itl_ms if sla else None, **kwargs)
-
-
-def default_image(backend: str, version: str = DYNAMO_VERSION) -> str:
-    return f"{IMAGE_REGISTRY}/{RUNTIME_REPOS[backend]}:{version}"
-
-
 def default_name(candidate: Candidate, rank: int | None = None) -> str:
     """``spica-<backend>-<mode>-<fingerprint8>[-r<rank>]``: short, lower case, stable for a candidate."""
     base = f"spica-{candidate.backend}-{candidate.mode}-{fingerprint(candidate.to_sample(), 8)}"
     return f"{base}-r{rank}" if rank is not None else base
-
-
-class _Problems:
-    """Every field a manifest cannot express, collected before refusing once."""
-
-    def __init__(self) -> None:
-        self.items: list[tuple[str, str]] = []
-
-    def add(self, field_name: str, why: str) -> None:
-        if (field_name, why) not in self.items:
-            self.items.append((field_name, why))
-
-    def raise_if_any(self, candidate: Candidate) -> None:
-        if not self.items:
-            return
-        lines = "\n".join(f"  - {f}: {why}" for f, why in self.items)
-        raise ManifestError(f"the {candidate.mode} {candidate.backend} candidate ({candidate.parallel.label()}) cannot "
-                            f"be expressed as a DynamoGraphDeployment; {len(self.items)} field(s):\n{lines}")
-
-
-@dataclass
-class _Context:
-    candidate: Candidate
-    options: ManifestOptions
-    problems: _Problems
-    image: str
-    gpus_per_node: int | None
-    notes: list[str] = field(default_factory=list)   # approximations, recorded in an annotation
-
-    @property
-    def backend(self) -> str:
-        return self.candidate.backend
-
-    def key(self, role: str, name: str, *, shape: bool = False) -> str:
-        """The flat-sample (§9.1) key of a role's field: agg shape keys are unprefixed."""
-        return name if shape and role == "agg" else f"{role}_{name}"
-
-    def offloads(self, role: str) -> bool:
-        return self.candidate.offload.enabled and role in ("agg", "prefill")
-
-    def publishes_events(self, role: str) -> bool:
-        return self.candidate.router.is_kv and role in ("agg", "prefill")
 
 
 # ---------------------------------------------------------------- entry points
@@ -312,93 +220,12 @@ def _frontend_component(ctx: _Context) -> dict[str, Any]:
     return _component(ctx, FRONTEND, "frontend", 1, container, ctx.image)
 
 
-# ---------------------------------------------------------------- planner (§4)
-
-
-def _planner_component(ctx: _Context) -> dict[str, Any] | None:
-    c, o, p = ctx.candidate, ctx.options, ctx.problems
-    if not c.planner.scales:
-        return None
-    from spica_core.planner.settings import PlannerSettings
-
-    if o.optimization_target is None:
-        p.add("planner_scaling_policy", f"{_policy(c)} scales, and the Planner's optimization_target comes from the "
-                                        "sweep goal, which the candidate does not carry; pass "
-                                        "ManifestOptions.for_goal(goal) or ManifestOptions(optimization_target=...)")
-        return None
-    if o.optimization_target not in PLANNER_TARGETS:
-        p.add("ManifestOptions.optimization_target", f"{o.optimization_target!r} is not one of "
-                                                     f"{', '.join(PLANNER_TARGETS)}")
-        return None
-    try:
-        settings = PlannerSettings.from_candidate(c, o.optimization_target, ttft_ms=o.ttft_ms, itl_ms=o.itl_ms)
-    except PlannerConfigError as exc:
-        p.add("planner_scaling_policy", str(exc))
-        return None
-    assert settings is not None
-    image = o.planner_image or _planner_image(ctx)
-    if image is None:
-        return None
-    config = planner_config(c, settings)
-    container: dict[str, Any] = {"name": MAIN_CONTAINER, "image": image, "command": ["python3", "-m", "dynamo.planner"],
-                                 "args": ["--config", json.dumps(config, separators=(",", ":"))]}
-    if o.hf_token_secret:
-        container["envFrom"] = [{"secretRef": {"name": o.hf_token_secret}}]
-    return _component(ctx, PLANNER, "planner", 1, container, image)
-
-
-def planner_config(candidate: Candidate, settings: Any) -> dict[str, Any]:
-    """The PlannerConfig (1.6.1) JSON of §4.1 from the settings the replay ran the planner with."""
-    ctx = candidate.context
-    out: dict[str, Any] = {
-        "environment": "kubernetes", "backend": candidate.backend, "mode": candidate.mode,
-        "optimization_target": settings.optimization_target, "pre_deployment_sweeping_mode": "none",
-        "enable_throughput_scaling": settings.enable_throughput_scaling,
-        "enable_load_scaling": settings.enable_load_scaling,
-        "throughput_adjustment_interval_seconds": _int_if_whole(settings.throughput_interval_s),
-        "load_adjustment_interval_seconds": _int_if_whole(settings.load_interval_s),
-        "max_num_fpm_samples": settings.max_num_fpm_samples, "fpm_sample_bucket_size": settings.fpm_sample_bucket_size,
-        "load_scaling_down_sensitivity": settings.load_scaling_down_sensitivity,
-        "load_min_observations": settings.load_min_observations,
-    }
-    if settings.enable_throughput_scaling:   # the predictor the replay forecast with (constant when none was swept)
-        out.update(settings.predictor)
-    out["max_gpu_budget"] = settings.max_gpu_budget
-    if ctx.min_gpu_budget is not None:
-        out["min_gpu_budget"] = settings.min_gpu_budget
-    if ctx.min_endpoint is not None:
-        out["min_endpoint"] = settings.min_endpoint
-    roles = candidate.parallel.roles
-    if candidate.mode == "disagg":
-        out["prefill_engine_num_gpu"] = roles["prefill"].shape.gpus
-    out["decode_engine_num_gpu"] = roles["decode" if candidate.mode == "disagg" else "agg"].shape.gpus
-    out["model_name"] = ctx.model_name
-    if ctx.aic_nextn:
-        out["speculative_nextn"] = ctx.aic_nextn
-    if settings.optimization_target == "sla":
-        out["ttft_ms"], out["itl_ms"] = settings.ttft_ms, settings.itl_ms
-    out["report_interval_hours"] = None
-    out["live_dashboard_port"] = 0
-    return out
-
-
-def _planner_image(ctx: _Context) -> str | None:
-    if ctx.options.image is None:
-        return f"{IMAGE_REGISTRY}/{PLANNER_REPO}:{ctx.options.dynamo_version}"
-    ref = ctx.options.image
-    match = re.match(r"^(?P<head>.*?)(?P<repo>[^/:@]+)-runtime(?P<tail>[:@].*)?$", ref)
-    if not match:
-        ctx.problems.add("ManifestOptions.planner_image", f"cannot derive the planner image from {ref!r} (no "
-                                                          "'<backend>-runtime' repository); set planner_image")
-        return None
-    return f"{match['head']}{PLANNER_REPO}{match['tail'] or ''}"
-
-
 # ---------------------------------------------------------------- workers
 
 
 def _layout(ctx: _Context, role: str, shape: Shape) -> tuple[int, int]:
-    """(nodeCount, GPUs per pod) of one worker instance (§6.2)."""
+    """(nodeCount, GPUs per pod) of one worker instance; one larger than a node splits evenly over the fewest
+    nodes."""
     g, gpn = shape.gpus, ctx.gpus_per_node
     if gpn is None or g <= gpn:
         return 1, g
@@ -475,209 +302,7 @@ def _check_shape(ctx: _Context, role: str, shape: Shape) -> None:
                                                      "expressed (use tp=1)")
 
 
-# -- vLLM
-
-
-# -- precision: each engine's own flags; FP8 is the only precision the engines quantize to at load time
-
-
-ONLINE_FP8 = ("fp8", "fp8_block", "fp8_static")
-KV_DTYPE_FLAGS = {"vllm": "fp8", "sglang": "fp8_e4m3"}   # --kv-cache-dtype values of an fp8 KV cache
-
-
-def _precision_args(ctx: _Context, backend: str) -> list[str]:
-    """vLLM/SGLang ``--quantization`` (a bf16 checkpoint quantized at load) and ``--kv-cache-dtype``."""
-    p = ctx.candidate.precision
-    args: list[str] = []
-    if not p.native and p.quantization in ONLINE_FP8:
-        args += ["--quantization", "fp8"]
-    elif not p.native:   # the engine reads any other precision from a quantized checkpoint, never from a flag
-        _note_checkpoint(ctx, backend)
-    if p.kv_cache_dtype == "fp8":
-        args += ["--kv-cache-dtype", KV_DTYPE_FLAGS[backend]]
-    return args
-
-
-def _note_checkpoint(ctx: _Context, backend: str) -> None:
-    p = ctx.candidate.precision
-    note = (f"quantization {p.quantization}: {backend} does not quantize to it at load time; point the model at a "
-            f"{p.quantization} checkpoint of {ctx.candidate.context.model_name}")
-    if note not in ctx.notes:
-        ctx.notes.append(note)
-
-
-def _vllm_args(ctx: _Context, role: str, shape: Shape, knobs: EngineKnobs) -> list[str]:
-    model = ctx.candidate.context.model_name
-    args = ["--model", model, "--served-model-name", model, parallel_flag("vllm", "tp"), str(shape.tp)]
-    if shape.pp > 1:
-        args += [parallel_flag("vllm", "pp"), str(shape.pp)]
-    if shape.attention_dp > 1:
-        args += [parallel_flag("vllm", "dp"), str(shape.attention_dp)]
-    if shape.moe_ep > 1:
-        args += ["--enable-expert-parallel"]
-    args += ["--max-num-seqs", str(knobs.max_num_seqs), "--max-num-batched-tokens", str(knobs.max_num_batched_tokens),
-             "--block-size", str(knobs.block_size), "--gpu-memory-utilization", _num(knobs.gpu_memory_utilization),
-             "--enable-prefix-caching" if knobs.enable_prefix_caching else "--no-enable-prefix-caching"]
-    args += _precision_args(ctx, "vllm")
-    args += _context_args(ctx, "--max-model-len")
-    nextn = ctx.candidate.context.aic_nextn
-    if nextn:
-        args += ["--speculative-config", _json({"method": "mtp", "num_speculative_tokens": nextn})]
-    if role != "agg":
-        args += ["--disaggregation-mode", role]
-    if ctx.offloads(role):
-        args += ["--kv-transfer-config", _json(KVBM_CONNECTOR if role == "agg" else PD_CONNECTOR)]
-        if role == "prefill":
-            args += ["--disable-hybrid-kv-cache-manager"]
-    elif role != "agg":
-        args += ["--kv-transfer-config", _json(NIXL_CONNECTOR)]
-    if ctx.publishes_events(role):
-        args += ["--kv-events-config", _json(VLLM_KV_EVENTS)]
-    return args
-
-
-# -- SGLang: worker-level limits are divided by the attention-DP size inside SGLang (§2.1)
-
-
-def _sglang_args(ctx: _Context, role: str, shape: Shape, knobs: EngineKnobs) -> list[str]:
-    model = ctx.candidate.context.model_name
-    dp = shape.attention_dp
-    args = ["--model-path", model, "--served-model-name", model, parallel_flag("sglang", "tp"), str(shape.tp * dp)]
-    if shape.pp > 1:
-        args += [parallel_flag("sglang", "pp"), str(shape.pp)]
-    if dp > 1:
-        args += [parallel_flag("sglang", "dp"), str(dp), "--enable-dp-attention"]
-    if shape.moe_ep > 1:
-        args += [parallel_flag("sglang", "ep"), str(shape.moe_ep)]
-    args += ["--max-running-requests", str(knobs.max_num_seqs * dp),
-             "--chunked-prefill-size", str(knobs.max_num_batched_tokens * dp),
-             "--max-prefill-tokens", str(knobs.max_num_batched_tokens),
-             "--page-size", str(knobs.block_size), "--mem-fraction-static", _num(knobs.gpu_memory_utilization)]
-    if not knobs.enable_prefix_caching:
-        args += ["--disable-radix-cache"]
-    args += _precision_args(ctx, "sglang")
-    args += _context_args(ctx, "--context-length")
-    nextn = ctx.candidate.context.aic_nextn
-    if nextn:
-        args += ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", str(nextn),
-                 "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(nextn + 1)]
-    args += ["--trust-remote-code", "--skip-tokenizer-init"]
-    if role != "agg":
-        args += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "nixl",
-                 "--disaggregation-bootstrap-port", str(SGLANG_BOOTSTRAP_PORT), "--host", "0.0.0.0"]
-    if ctx.publishes_events(role):
-        args += ["--kv-events-config", _json(SGLANG_KV_EVENTS)]
-    return args
-
-
-# -- TRT-LLM: engine settings through --override-engine-args (deep-merged last, §2.2 notes)
-
-
-def _trtllm_args(ctx: _Context, role: str, shape: Shape, knobs: EngineKnobs) -> list[str]:
-    c = ctx.candidate
-    model = c.context.model_name
-    g_tp = shape.tp * shape.attention_dp
-    if knobs.max_num_batched_tokens % knobs.block_size:
-        ctx.problems.add(f"{role}_max_num_batched_tokens", f"TRT-LLM needs max_num_tokens "
-                                                           f"({knobs.max_num_batched_tokens}) divisible by the block "
-                                                           f"size ({knobs.block_size})")
-    args = ["--model-path", model, "--served-model-name", model, parallel_flag("trtllm", "tp"), str(g_tp)]
-    if shape.pp > 1:
-        args += [parallel_flag("trtllm", "pp"), str(shape.pp)]
-    if shape.attention_dp > 1:
-        args += ["--enable-attention-dp"]
-    if shape.is_moe_sharded:
-        args += [parallel_flag("trtllm", "ep"), str(shape.moe_ep)]
-    args += ["--max-batch-size", str(knobs.max_num_seqs), "--max-num-tokens", str(knobs.max_num_batched_tokens),
-             "--kv-block-size", str(knobs.block_size),
-             "--free-gpu-memory-fraction", _num(knobs.gpu_memory_utilization)]
-    args += _context_args(ctx, "--max-seq-len")
-    if role != "agg":
-        args += ["--disaggregation-mode", role]
-    if ctx.publishes_events(role):
-        args += ["--publish-events-and-metrics"]
-    if ctx.offloads(role):
-        args += ["--connector", "kvbm"]
-    cache: dict[str, Any] = {"free_gpu_memory_fraction": knobs.gpu_memory_utilization,
-                             "tokens_per_block": knobs.block_size, "enable_block_reuse": knobs.enable_prefix_caching}
-    if c.precision.kv_cache_dtype == "fp8":
-        cache["dtype"] = "fp8"
-    if not c.precision.native:  # TRT-LLM loads pre-quantized (ModelOpt) checkpoints only
-        _note_checkpoint(ctx, "trtllm")
-    if ctx.offloads(role):
-        cache["enable_partial_reuse"] = False
-    override: dict[str, Any] = {"enable_chunked_prefill": True, "disable_overlap_scheduler": role == "prefill",
-                                "kv_cache_config": cache}
-    if shape.is_moe_sharded:
-        override["moe_tensor_parallel_size"] = shape.moe_tp
-    if role != "agg":
-        buffer = _transceiver_tokens(ctx, knobs)
-        if buffer is not None:
-            override["cache_transceiver_config"] = {"backend": "DEFAULT", "max_tokens_in_buffer": buffer}
-    if c.context.aic_nextn:
-        override["speculative_config"] = {"decoding_type": "MTP", "num_nextn_predict_layers": c.context.aic_nextn}
-    args += ["--override-engine-args", _json(override)]
-    if "trtllm-per-rank" not in ctx.notes and shape.attention_dp > 1:
-        ctx.notes.append("trtllm-per-rank: max_batch_size / max_num_tokens are taken as per attention-DP rank "
-                         "(inferred, not verified in TRT-LLM)")
-    return args
-
-
-def _transceiver_tokens(ctx: _Context, knobs: EngineKnobs) -> int | None:
-    """max(S_tokens, context_length) rounded up to a whole number of blocks (the AIC bridge rule)."""
-    length = ctx.candidate.context.context_length
-    if length is None:
-        from spica_core.space.facts import model_facts
-
-        try:
-            length = model_facts(ctx.candidate.context.model_name).max_context
-        except SpicaError as exc:
-            ctx.problems.add("context_length", f"the TRT-LLM KV transfer buffer must hold the longest sequence, and "
-                                               f"the model's maximum is unknown ({exc}); pin context_length")
-            return None
-    tokens = max(knobs.max_num_batched_tokens, int(length))
-    return math.ceil(tokens / knobs.block_size) * knobs.block_size
-
-
-# -- KVBM (§5)
-
-
-def _kvbm_env(ctx: _Context) -> list[dict[str, str]]:
-    offload = ctx.candidate.offload
-    env = [_env("DYN_KVBM_CPU_CACHE_OVERRIDE_NUM_BLOCKS", str(offload.num_g2_blocks))]
-    if offload.offload_batch_size is not None:
-        env.append(_env("DYN_KVBM_MAX_TRANSFER_BATCH_SIZE", str(offload.offload_batch_size)))
-        note = "offload_batch_size: mapped to DYN_KVBM_MAX_TRANSFER_BATCH_SIZE (approximate; not replayed)"
-        if note not in ctx.notes:
-            ctx.notes.append(note)
-    return env
-
-
-def _host_memory(ctx: _Context, shape: Shape, knobs: EngineKnobs) -> tuple[str, str] | None:
-    """(request, limit) of a KVBM pod: the host tier (one pool per attention-DP rank) plus headroom."""
-    per_token = ctx.candidate.offload.kv_bytes_per_token
-    if per_token is None:
-        return None
-    cache = ctx.candidate.offload.num_g2_blocks * knobs.block_size * per_token * shape.attention_dp
-    request = math.ceil(cache / 2 ** 30) + HOST_MEMORY_HEADROOM_GIB
-    return f"{request}Gi", f"{math.ceil(request * HOST_MEMORY_LIMIT_FACTOR)}Gi"
-
-
-# ---------------------------------------------------------------- shared pieces
-
-
-def _component(ctx: _Context, name: str, ctype: str, replicas: int, container: dict[str, Any], image: str, *,
-               pod: dict[str, Any] | None = None) -> dict[str, Any]:
-    comp: dict[str, Any] = {"name": name, "type": ctype, "replicas": replicas,
-                            "podTemplate": {"spec": pod if pod is not None else {"containers": [container]}}}
-    if not SEMVER_TAG.match(image_tag(image) or ""):
-        comp["runtimeVersionOverride"] = ctx.options.dynamo_version
-    return comp
-
-
-def _context_args(ctx: _Context, flag: str) -> list[str]:
-    length = ctx.candidate.context.context_length
-    return [flag, str(length)] if length is not None else []
+# ---------------------------------------------------------------- annotations
 
 
 def _annotations(ctx: _Context, rank: int | None, extra: Mapping[str, Any]) -> dict[str, str]:
@@ -727,27 +352,4 @@ def _annotations(ctx: _Context, rank: int | None, extra: Mapping[str, Any]) -> d
     return out
 
 
-def _env(name: str, value: str) -> dict[str, str]:
-    return {"name": name, "value": value}
-
-
-def _num(value: float | int) -> str:
-    """A number as an argument string: ints plain, floats in Python's shortest form (4.0, 0.9)."""
-    return str(int(value)) if isinstance(value, int) and not isinstance(value, bool) else repr(float(value))
-
-
-def _int_if_whole(value: float) -> int | float:
-    return int(value) if float(value).is_integer() else float(value)
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
-
-
-def _policy(candidate: Candidate) -> str:
-    policy = candidate.planner.policy
-    return repr(policy) if isinstance(policy, str) else "the planner_scaling_policy entry"
-
-
-__all__ = ["ManifestOptions", "manifest", "manifest_yaml", "planner_config", "default_image", "default_name",
-           "DYNAMO_VERSION", "ANNOTATION_PREFIX", "IMAGE_ENGINES"]
+__all__ = ["manifest", "manifest_yaml", "default_name", "ANNOTATION_PREFIX"]

@@ -12,13 +12,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
 
-from spica_core.config.model import OptimizationGoal, SmartSearchConfig
+from spica_core.config.goal import OptimizationGoal
+from spica_core.config.model import SmartSearchConfig
 from spica_core.emit.aic_estimate import AICEstimate, aic_estimate
 from spica_core.emit.rechecks import ConfidenceCheck
 from spica_core.emit.crd import check_manifest
-from spica_core.emit.manifests import ManifestOptions, manifest, manifest_yaml
+from spica_core.emit.manifest_options import ManifestOptions
+from spica_core.emit.manifests import manifest, manifest_yaml
 from spica_core.emit.records import CandidateRecord, Provenance, to_csv
-from spica_core.emit.report import ReportFiles, ReportInputs, trace_profile, write_report
+from spica_core.emit.report import ReportFiles, ReportInputs, write_report
+from spica_core.emit.report_workload import trace_profile
 from spica_core.errors import ManifestError, RunDirError
 from spica_core.run.catalog import CATALOG, RunDir
 from spica_core.store import write_file

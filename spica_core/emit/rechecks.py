@@ -24,7 +24,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from spica_core.config.model import GOODPUT_TARGETS, SmartSearchConfig
+from spica_core.config.goal import GOODPUT_TARGETS
+from spica_core.config.model import SmartSearchConfig
 from spica_core.emit.records import CandidateRecord
 from spica_core.errors import SpicaError
 from spica_core.evaluate.bands import load_bands

@@ -1,8 +1,8 @@
-"""The emitted candidate record (reference §10.1 plus the run's tally and provenance).
+"""The emitted candidate record, with the run's tally and provenance.
 
 One :class:`CandidateRecord` per ranked candidate or front member: what ``candidates.parquet``,
 ``candidates.json`` and ``candidates.csv`` hold, what the manifests are generated from and what the
-report shows. The config is the flat unrolled sample (§9.1), so a reader never re-decodes presets.
+report shows. The config is the flat unrolled sample, so a reader never re-decodes presets.
 """
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ class CandidateRecord:
 
     @property
     def config(self) -> dict[str, Any]:
-        """The flat unrolled sample (§9.1)."""
+        """The flat unrolled sample."""
         return self.candidate.to_sample()
 
     def to_json(self) -> dict[str, Any]:
@@ -118,7 +118,7 @@ class CandidateRecord:
                               "provenance": json.loads(row["provenance_json"]) if row["provenance_json"] else None})
 
     def flat(self) -> dict[str, Any]:
-        """One CSV row (§10.3 b): rank, score, used_gpus, then ``config.*``, ``metrics.*``, ``objectives.*``."""
+        """One CSV row: rank, score, used_gpus, then ``config.*``, ``metrics.*``, ``objectives.*``."""
         out: dict[str, Any] = {"rank": self.rank, "score": self.score, "used_gpus": self.used_gpus,
                                "attainment": self.attainment, "meets_sla": self.meets_sla,
                                "tied_with": " ".join(map(str, self.tied_with)), "score_spread": self.score_spread,

@@ -10,7 +10,7 @@ import importlib
 import socket
 from typing import Any
 
-from spica_core.config.model import CLUSTER_FORMS, parse_cluster_address
+from spica_core.config.sweep import CLUSTER_FORMS, parse_cluster_address
 from spica_core.errors import ClusterError
 
 OPTION = "sweep.cluster (--cluster)"

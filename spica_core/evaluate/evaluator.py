@@ -17,7 +17,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from spica_core.config.model import OptimizationGoal, SmartSearchConfig, Workload
+from spica_core.config.goal import OptimizationGoal
+from spica_core.config.model import SmartSearchConfig
+from spica_core.config.workload import Workload
 from spica_core.errors import (
     GoodputContractError, InfeasibleKVCapacityError, OverBudgetError, PlannerConfigError, RejectedEngineArgsError,
     SpicaError,
@@ -182,7 +184,7 @@ def evaluate_one(req: EvalRequest) -> Outcome:
 
 def robust(goal: OptimizationGoal, today: Outcome, grown: Outcome) -> Outcome:
     """``today`` with the worse of its own and ``grown``'s score and objectives (minimised ones: the larger)."""
-    from spica_core.config.model import MINIMIZED_TARGETS, OptimizationTarget
+    from spica_core.config.goal import MINIMIZED_TARGETS, OptimizationTarget
 
     assert today.score is not None and grown.score is not None
     metrics = {**today.metrics, "plain_score": today.score, "robust_scale_score": grown.score}

@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from spica_core.config.model import GOODPUT_TARGETS, MINIMIZED_TARGETS, OptimizationGoal, OptimizationTarget
+from spica_core.config.goal import GOODPUT_TARGETS, MINIMIZED_TARGETS, OptimizationGoal, OptimizationTarget
 from spica_core.errors import GoodputContractError
 
 # Candidate metrics, kept when present

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spica_core.config.model import Workload
+from spica_core.config.workload import Workload
 from spica_core.errors import InfeasibleKVCapacityError
 from spica_core.space.kv import kv_tokens_per_rank
 from spica_core.deployment import Candidate, KVLoad

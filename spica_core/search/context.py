@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Final
 
-from spica_core.config.model import SmartSearchConfig, SweepPolicy
+from spica_core.config.model import SmartSearchConfig
+from spica_core.config.sweep import SweepPolicy
 from spica_core.deployment import Candidate
 from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status
 from spica_core.evaluate.scoring import search_value

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 def traces_ahead(config: SmartSearchConfig) -> bool:
     """Whether a sweep's first model ask is GP-UCB-PE's, worth tracing before the search: a rapid DEFAULT sweep of
     one objective (the other algorithms trace little, or nothing)."""
-    from spica_core.config.model import SweepPolicy, VizierAlgorithm
+    from spica_core.config.sweep import SweepPolicy, VizierAlgorithm
 
     return config.sweep.policy is SweepPolicy.rapid and config.sweep.algorithm is VizierAlgorithm.DEFAULT \
         and not config.goal.is_pareto
@@ -51,7 +51,7 @@ def traces_ahead(config: SmartSearchConfig) -> bool:
 def optimizer_for(config: SmartSearchConfig) -> OptimizerProcess | None:
     """The optimizer process a sweep of ``config`` asks (started now if none runs; None for a thorough sweep,
     which asks no model), tracing GP-UCB-PE ahead when :func:`traces_ahead`."""
-    from spica_core.config.model import SweepPolicy
+    from spica_core.config.sweep import SweepPolicy
 
     if config.sweep.policy is not SweepPolicy.rapid:
         return None

@@ -14,7 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from spica_core.config.model import OptimizationGoal, OptimizationTarget, SmartSearchConfig
+from spica_core.config.goal import OptimizationGoal, OptimizationTarget
+from spica_core.config.model import SmartSearchConfig
 from spica_core.evaluate.bands import Band, bands_from_dict, bands_to_dict
 from spica_core.deployment import Candidate
 from spica_core.evaluate.scoring import attainment, meets_sla, metric_value, signed

@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from spica_core.config.model import SmartSearchConfig, SweepPolicy
+from spica_core.config.model import SmartSearchConfig
+from spica_core.config.sweep import SweepPolicy
 from spica_core.evaluate.evaluator import Outcome, Status
 from spica_core.evaluate.workers import Evaluator
 from spica_core.search.context import SearchContext, cache_key, finite_or_infeasible

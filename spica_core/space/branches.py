@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from spica_core.config.knobs import COMPOSITE_PRESETS, INT_KNOBS
-from spica_core.config.model import DisaggParallel, ParallelShape, SmartSearchConfig
+from spica_core.config.search_space import DisaggParallel, ParallelShape
+from spica_core.config.model import SmartSearchConfig
 from spica_core.space.enumeration import config_rejection, configs_from_shapes, sort_configs, strategies, worker_shapes
 from spica_core.errors import NoViableParallelConfigError
 from spica_core.space.facts import ModelFacts, SystemFacts, model_facts, system_facts

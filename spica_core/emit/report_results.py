@@ -1,0 +1,147 @@
+"""The report's "Results" section: the plots, the table of ranked candidates with its notes, and headroom."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from spica_core.emit.numbers import fmt
+from spica_core.emit.records import CandidateRecord
+from spica_core.emit.report_format import (
+    _describe, _feasible, _Goal, _table, _target_label, _with_band, attainment_text, percent, rank_label,
+)
+from spica_core.evaluate.metrics import derived_metrics, metric_or_fallback
+from spica_core.search.trials import Tally
+from spica_core.space.branches import config_strategy
+
+if TYPE_CHECKING:
+    from spica_core.emit.report import ReportInputs
+
+
+def _results_section(inputs: ReportInputs, goal: _Goal, plots: Mapping[str, str]) -> list[str]:
+    lines = ["## Results", ""]
+    feasible = _feasible(inputs.trials)
+    if not inputs.records:
+        lines += _no_candidate(inputs.tally)
+    else:
+        what = "points of the Pareto front" if goal.pareto else "ranked candidates"
+        lines.append(f"{len(inputs.records)} {what} from {fmt(len(feasible))} feasible evaluation(s); "
+                     f"{len(inputs.emitted)} emitted as manifests.")
+        lines.append("")
+    captions = {"front": "Pareto front (emitted points marked)" if goal.pareto
+                else f"{goal.axis_label()} against GPUs used (ranked and emitted candidates marked)",
+                "progress": "best score so far against evaluations, per branch",
+                "by_backend": "scores by backend and parallel strategy"}
+    for name, caption in captions.items():
+        if name in plots:
+            lines += [f"![{caption}]({plots[name]})", ""]
+    if inputs.records:
+        lines += _candidates_table(inputs, goal)
+        lines += _headroom_lines(inputs, plots)
+    return lines
+
+
+def _headroom_lines(inputs: ReportInputs, plots: Mapping[str, str]) -> list[str]:
+    """How much more traffic the emitted candidates take before their SLA breaks."""
+    goal = inputs.config.goal
+    lines = ["### Headroom", ""]
+    if goal.sla is None:
+        return [*lines, "No SLA, so no headroom: nothing breaks as traffic grows.", ""]
+    measured = [r for r in inputs.records if r.headroom is not None]
+    if not measured:
+        return [*lines, "Not measured for these candidates (`spica emit` replays nothing).", ""]
+    lines.append(f"The largest traffic scale (up to {fmt(goal.headroom_max)}×) at which at least "
+                 f"{percent(goal.headroom_share)} of requests meet the SLA, found by bisection to 5 %:")
+    lines.append("")
+    for r in measured:
+        assert r.headroom is not None
+        lines.append(f"- rank {r.rank} ({_describe(r)}): {r.headroom.text()}, {r.headroom.evaluations} extra replays")
+    if "headroom" in plots:
+        lines += ["", f"![SLA attainment against traffic scale]({plots['headroom']})"]
+    return [*lines, ""]
+
+
+def _no_candidate(tally: Tally) -> list[str]:
+    top = tally.top_reasons(3)
+    lines = [f"**No feasible candidate**: none of the {fmt(tally.attempts)} attempt(s) was feasible "
+             f"({fmt(tally.infeasible)} infeasible, {fmt(tally.failed)} failed, {fmt(tally.unsupported)} "
+             "unsupported)."]
+    if top:
+        lines.append("Top reasons: " + "; ".join(f"{reason} ({n}×)" for reason, n in top) + ".")
+    lines.append("")
+    return lines
+
+
+def _candidates_table(inputs: ReportInputs, goal: _Goal) -> list[str]:
+    emitted = set(inputs.emitted)
+    value_cols = [f"{o} ({_target_label(o)[1]})" for o in goal.objectives]
+    scale = inputs.config.goal.robust_scale
+    robust = scale > 1 and not goal.pareto
+    if robust:
+        value_cols = [f"{value_cols[0]}, robust: the worse of 1× and {fmt(scale)}× traffic", "at today's traffic"]
+    sla = inputs.config.goal.sla is not None
+    header = ["rank", "mode", "backend", "parallel", "strategy", "GPUs", "precision / batching / router / planner",
+              *value_cols, *(["SLA attainment"] if sla else []), "throughput", "TTFT mean (band)", "ITL mean (band)",
+              "manifest"]
+    rows = []
+    for r in inputs.records[:TABLE_ROWS]:
+        m = derived_metrics(r.metrics)
+        c = r.candidate
+        if goal.pareto:
+            values = [fmt((r.objectives or {}).get(o), _target_label(o)[1]) for o in goal.objectives]
+        else:
+            values = [fmt(goal.raw(r.score), _target_label(goal.first)[1])]
+        if robust:
+            values.append(fmt(goal.raw(r.metrics["plain_score"]), _target_label(goal.first)[1])
+                          if "plain_score" in r.metrics else "—")
+        itl = metric_or_fallback(m, "mean_itl_ms")
+        link = inputs.manifests.get(r.rank)
+        manifest = f"[{link}]({link})" if link else ("emitted" if r.rank in emitted else "")
+        rows.append([rank_label(r), c.mode, c.backend, c.parallel.label(), config_strategy(c.parallel), r.used_gpus,
+                     c.knobs_label(), *values, *([attainment_text(r.attainment, r.meets_sla)] if sla else []),
+                     fmt(m.get("output_throughput_tok_s"), "tok/s"),
+                     _with_band(m.get("mean_ttft_ms"), r.bands.get("ttft_ms")),
+                     _with_band(itl, r.bands.get("itl_ms")), manifest])
+    lines = _table(header, rows)
+    lines += _requirement_notes(inputs, goal)
+    lines += _tie_notes(inputs.records)
+    if any(r.candidate.router.is_kv for r in inputs.records[:TABLE_ROWS]):
+        lines += ["", "KV-router replays are not exactly reproducible: ai-dynamo-runtime breaks routing ties with an "
+                      "unseeded generator, so the same candidate scores about 0.1–0.5 % apart from run to run and a "
+                      "re-run sweep can rank near-ties differently. Each emitted KV-router candidate was replayed "
+                      "3 more times; twice its spread is in its band (`spread`)."]
+    if len(inputs.records) > TABLE_ROWS:
+        lines += ["", f"The top {TABLE_ROWS} of {fmt(len(inputs.records))} are shown; every candidate is in "
+                      "[candidates.csv](candidates.csv)."]
+    return [*lines, ""]
+
+
+TABLE_ROWS = 20  # the results table's length; candidates.csv has every candidate
+
+
+def _requirement_notes(inputs: ReportInputs, goal: _Goal) -> list[str]:
+    """Every candidate that misses the SLA requirement, by name, or that none meets it."""
+    required = inputs.config.goal.required_attainment
+    missing = [r for r in inputs.records if r.meets_sla is False]
+    if not missing or required <= 0:
+        return []
+    need = percent(required)
+    if len(missing) == len(inputs.records):
+        what = ("the front is drawn over all of them" if goal.pareto
+                else "they are ranked by attainment, highest first")
+        return ["", f"**No candidate meets the SLA requirement** ({need} of requests within the SLA); {what}. "
+                    "Deploying any of them, expect more requests to miss the SLA than required: raise the GPU "
+                    "budget, relax the SLA, or lower the traffic."]
+    named = "; ".join(f"rank {r.rank} ({_describe(r)}): {percent(r.attainment or 0.0)}" for r in missing)
+    return ["", f"Missing the SLA requirement ({need} of requests within the SLA), so ranked after every candidate "
+                f"that meets it: {named}."]
+
+
+def _tie_notes(records: Sequence[CandidateRecord]) -> list[str]:
+    """Near-ties: neighbours whose scores differ by less than their replays' run-to-run spread."""
+    groups = sorted({tuple(sorted((r.rank, *r.tied_with))) for r in records if r.tied_with})
+    if not groups:
+        return []
+    named = "; ".join("ranks " + ", ".join(map(str, g)) for g in groups)
+    return ["", f"Near-ties (`=` in the rank column): {named}. Their scores differ by less than their replays' "
+                "run-to-run spread (`score_spread` in candidates.json), so their order is not a result: "
+                "choose among them on the other columns."]
