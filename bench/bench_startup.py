@@ -79,7 +79,7 @@ _WRAP: dict[str, list[tuple[str, str]]] = {
     "spica_core.search.study": [("_runtime", "vizier_runtime"), ("trace_gp", "trace_gp")],
     "spica_core.search.jax_setup": [("_runtime", "vizier_runtime")],
     "spica_core.search.gp_warm_up": [("trace_gp", "trace_gp")],
-    "spica_core.search.rounds": [("_Running.run", "ask")],
+    "spica_core.search.rounds": [("_RunningAsk.run", "ask")],
     "spica_core.evaluate.pool": [("_worker_main", "worker_main"), ("evaluate_in_worker", "evaluate_in_worker"),
                                  ("EvalPool.start", "pool_start"),
                                  ("EvalPool.evaluate_batch", "first_request_to_evaluator"),

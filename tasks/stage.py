@@ -31,7 +31,7 @@ def _retry_unless_user_error(task_: Task[..., Any], run: TaskRun, state: State) 
     return not isinstance(state.result(raise_on_failure=False), SpicaError)
 
 
-class Stage(Generic[P, R]):
+class StageTask(Generic[P, R]):
     """A Prefect task that returns its value, or raises the user error that failed it."""
 
     def __init__(self, fn: Callable[P, R], prefect_task: Task[P, Any]):
@@ -47,8 +47,8 @@ class Stage(Generic[P, R]):
 
 
 def stage(name: str, *, task_run_name: str | Callable[[], str] | None = None, retries: int = 0,
-          log_prints: bool = False) -> Callable[[Callable[P, R]], Stage[P, R]]:
-    def decorate(fn: Callable[P, R]) -> Stage[P, R]:
+          log_prints: bool = False) -> Callable[[Callable[P, R]], StageTask[P, R]]:
+    def decorate(fn: Callable[P, R]) -> StageTask[P, R]:
         @functools.wraps(fn)
         def body(*args: P.args, **kwargs: P.kwargs) -> Any:
             try:
@@ -59,5 +59,5 @@ def stage(name: str, *, task_run_name: str | Callable[[], str] | None = None, re
         prefect_task = task(name=name, task_run_name=task_run_name or name, retries=retries, retry_delay_seconds=1,
                             retry_condition_fn=_retry_unless_user_error, cache_policy=NO_CACHE,
                             log_prints=log_prints)(body)
-        return Stage(fn, prefect_task)
+        return StageTask(fn, prefect_task)
     return decorate

@@ -12,7 +12,8 @@ import yaml
 
 from spica_core.config.model import SmartSearchConfig
 from spica_core.emit.crd import API_VERSION, KIND, check_manifest
-from spica_core.emit.crd_reading import BACKENDS, WORKER_TYPES, backend_of, instance_gpus
+from spica_core.config import BACKENDS
+from spica_core.emit.crd_reading import WORKER_TYPES, backend_of, instance_gpus
 from spica_core.emit.manifest_options import ManifestOptions
 from spica_core.emit.manifests import manifest, manifest_yaml
 from spica_core.emit.outputs import EmitOptions, write_manifests

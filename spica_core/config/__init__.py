@@ -12,7 +12,7 @@ from spica_core.config.lazy import lazy_names
 _FROM: dict[str, str] = {
     **dict.fromkeys(("issues_from",), "issues"),
     **dict.fromkeys((
-        "COMPOSITE_PRESETS", "decode_composite", "DEFAULT_KV_CACHE_DTYPE", "ENGINE_KNOBS", "entry_label",
+        "BACKENDS", "COMPOSITE_PRESETS", "decode_composite", "DEFAULT_KV_CACHE_DTYPE", "ENGINE_KNOBS", "entry_label",
         "INT_KNOBS", "KV_ROUTER_KNOBS", "PREDICTOR_FAMILIES", "predictor_fields",
     ), "knobs"),
     **dict.fromkeys(("SmartSearchConfig",), "model"),
@@ -40,7 +40,7 @@ __getattr__, __dir__ = lazy_names(__name__, _FROM)
 if TYPE_CHECKING:  # what type checkers and editors see
     from spica_core.config.issues import issues_from
     from spica_core.config.knobs import (
-        COMPOSITE_PRESETS, decode_composite, DEFAULT_KV_CACHE_DTYPE, ENGINE_KNOBS, entry_label, INT_KNOBS,
+        BACKENDS, COMPOSITE_PRESETS, decode_composite, DEFAULT_KV_CACHE_DTYPE, ENGINE_KNOBS, entry_label, INT_KNOBS,
         KV_ROUTER_KNOBS, PREDICTOR_FAMILIES, predictor_fields
     )
     from spica_core.config.goal import (
@@ -59,7 +59,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from spica_core.config.trace import check_trace, read_trace, TRACE_BLOCK_SIZE, trace_lines, TraceSummary
 
 __all__ = [
-    "lazy_names", "branch_knob_choices", "check_trace", "CLUSTER_FORMS", "COMPOSITE_PRESETS",
+    "BACKENDS", "lazy_names", "branch_knob_choices", "check_trace", "CLUSTER_FORMS", "COMPOSITE_PRESETS",
     "decode_composite", "DEFAULT_KV_CACHE_DTYPE", "describe", "DisaggParallel", "ENGINE_KNOBS", "entry_label",
     "filter_for_goal", "filter_scaling_policies", "GOODPUT_TARGETS", "INT_KNOBS", "issues_from",
     "KV_ROUTER_KNOBS", "MINIMIZED_TARGETS", "OptimizationGoal", "OptimizationTarget", "ParallelShape",

@@ -10,10 +10,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from spica_core.config import BACKENDS
+
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MAIN_CONTAINER = "main"
-BACKENDS = ("vllm", "sglang", "trtllm")
 WORKER_TYPES = ("worker", "prefill", "decode")
 
 
@@ -149,5 +150,5 @@ def _comp(comp: Mapping[str, Any], index: int) -> str:
     return f"spec.components[{name}]" if isinstance(name, str) and name else f"spec.components[{index}]"
 
 
-__all__ = ["BACKENDS", "GPU_RESOURCE", "INSTANCE_SIZES", "MAIN_CONTAINER", "PARALLEL_FLAGS", "WORKER_TYPES",
+__all__ = ["GPU_RESOURCE", "INSTANCE_SIZES", "MAIN_CONTAINER", "PARALLEL_FLAGS", "WORKER_TYPES",
            "backend_of", "block_size", "image_tag", "instance_gpus", "parallel_flag"]

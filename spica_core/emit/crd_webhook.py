@@ -23,7 +23,9 @@ DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 SEMVER_TAG = re.compile(r"^[vV]?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
                         r"(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$")
 # Kubernetes qualified names (label and annotation keys): [prefix/]name.
-_QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+# A DNS-1123 label without the leading-letter rule (namespaces), at most 63 characters.
+NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
                              r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
 
@@ -41,8 +43,7 @@ def _metadata_problems(metadata: Any) -> list[str]:
         out.append(f"metadata.name: {name!r} must be a DNS-1123 label: lower case letters, digits and '-', "
                    "starting with a letter, at most 63 characters")
     namespace = metadata.get("namespace")
-    if namespace is not None and (not isinstance(namespace, str) or len(namespace) > 63
-                                  or not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", namespace)):
+    if namespace is not None and (not isinstance(namespace, str) or not NAMESPACE.match(namespace)):
         out.append(f"metadata.namespace: {namespace!r} must be a DNS-1123 label")
     for field in ("labels", "annotations"):
         out += _string_map_problems(metadata.get(field), f"metadata.{field}")
@@ -56,7 +57,7 @@ def _string_map_problems(values: Any, where: str) -> list[str]:
         return [f"{where}: must be a map of strings"]
     out = []
     for key, value in values.items():
-        if not isinstance(key, str) or not _QUALIFIED_NAME.match(key) or len(key.rsplit("/", 1)[0]) > 253:
+        if not isinstance(key, str) or not QUALIFIED_NAME.match(key) or len(key.rsplit("/", 1)[0]) > 253:
             out.append(f"{where}: key {key!r} is not a valid Kubernetes qualified name ([prefix/]name)")
         if not isinstance(value, str):
             out.append(f"{where}[{key!r}]: value must be a string (got {type(value).__name__} {value!r})")
@@ -117,4 +118,4 @@ def _webhook_problems(doc: Mapping[str, Any], spec: Mapping[str, Any],
     return out
 
 
-__all__ = ["DNS_LABEL", "SEMVER_TAG"]
+__all__ = ["DNS_LABEL", "NAMESPACE", "QUALIFIED_NAME", "SEMVER_TAG"]

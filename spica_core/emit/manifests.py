@@ -29,7 +29,7 @@ import yaml
 from spica_core.deployment import Candidate
 from spica_core.emit.crd import API_VERSION, KIND
 from spica_core.emit.crd_reading import GPU_RESOURCE, MAIN_CONTAINER, image_tag
-from spica_core.emit.crd_webhook import DNS_LABEL, SEMVER_TAG
+from spica_core.emit.crd_webhook import DNS_LABEL, NAMESPACE, QUALIFIED_NAME, SEMVER_TAG
 from spica_core.emit.manifest_context import _component, _Context, _env, _num, _Problems
 from spica_core.emit.manifest_engines import _host_memory, _kvbm_env, _sglang_args, _trtllm_args, _vllm_args
 from spica_core.emit.manifest_options import IMAGE_ENGINES, RUNTIME_REPOS, ManifestOptions, default_image
@@ -58,8 +58,6 @@ OPERATOR_KEYS = frozenset({
 # Candidate fields that only size or tune the simulation; recorded, never rendered.
 REPLAY_ONLY = ("startup_time", "kv_bytes_per_token", "bandwidth_g1_to_g2_gbps", "bandwidth_g2_to_g1_gbps",
                "concurrency", "kv_load_ratio", "kv_load_capacity_tokens", "kv_load_concurrency_capacity")
-_ANNOTATION_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                             r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _IMAGE_REPO = re.compile(r"(?:^|/)(vllm|sglang|tensorrtllm)-runtime$")
 _RUNTIME_BACKEND = {"vllm": "vllm", "sglang": "sglang", "tensorrtllm": "trtllm"}
 
@@ -140,7 +138,7 @@ def _check_options(ctx: _Context) -> None:
     if o.name is not None and (len(o.name) > MAX_DGD_NAME or not DNS_LABEL.match(o.name)):
         p.add("ManifestOptions.name", f"{o.name!r} must be a DNS-1123 label (lower case letters, digits, '-', starting "
                                       f"with a letter) of at most {MAX_DGD_NAME} characters")
-    if o.namespace is not None and not re.match(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", o.namespace):
+    if o.namespace is not None and not NAMESPACE.match(o.namespace):
         p.add("ManifestOptions.namespace", f"{o.namespace!r} is not a DNS-1123 label")
     if not re.match(r"^(0|[1-9]\d{0,3})\.(0|[1-9]\d{0,3})\.(0|[1-9]\d{0,3})$", o.dynamo_version):
         p.add("ManifestOptions.dynamo_version", f"{o.dynamo_version!r} must be MAJOR.MINOR.PATCH")
@@ -334,7 +332,7 @@ def _annotations(ctx: _Context, rank: int | None, extra: Mapping[str, Any]) -> d
 
     out: dict[str, str] = {}
     for key, value in extra.items():
-        if not isinstance(key, str) or not _ANNOTATION_KEY.match(key):
+        if not isinstance(key, str) or not QUALIFIED_NAME.match(key):
             p.add("annotations", f"{key!r} is not a valid Kubernetes annotation key")
             continue
         if key in OPERATOR_KEYS:

@@ -28,7 +28,7 @@ def run_job(job: Job[T], evaluate: Callable[[EvalRequest], Outcome] = evaluate_o
         return done.value  # type: ignore[no-any-return]
 
 
-class _Running:
+class _RunningJob:
     """A job and the outcomes of the requests it is waiting for."""
 
     def __init__(self, job: Job[Any]) -> None:
@@ -55,7 +55,7 @@ def run_jobs(evaluator: Evaluator, jobs: Sequence[Job[Any]]) -> list[Any]:
     """Every job to its end on ``evaluator``; results in job order. The jobs start in order, and a job's next
     requests go before any not yet sent, so a long chain (a headroom search) is never left for last. A job
     that raises stops the others (their generators are closed) and the error propagates."""
-    running = [_Running(job) for job in jobs]
+    running = [_RunningJob(job) for job in jobs]
     queue: list[tuple[int, int, EvalRequest]] = []   # (job, position in its list, request)
     tickets: dict[int, tuple[int, int]] = {}
     try:

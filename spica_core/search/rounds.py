@@ -95,14 +95,14 @@ class _Ask:
     costs: Costs
     exploit: bool
 
-    def start(self, suggester: Suggester) -> _Running:
-        running = _Running(self)
+    def start(self, suggester: Suggester) -> _RunningAsk:
+        running = _RunningAsk(self)
         threading.Thread(target=running.run, args=(suggester,), name="spica-ask", daemon=True).start()
         return running
 
 
 @dataclass
-class _Running:
+class _RunningAsk:
     """An ask on its thread (a daemon: a stopping sweep never waits for the optimizer)."""
 
     ask: _Ask
@@ -172,7 +172,7 @@ class BranchSearch:
         self.queue: list[_Queued] = []            # picked, not started
         self.running: dict[int, _Queued] = {}     # ticket → what it evaluates
         self.result: BranchResult | None = None
-        self.asking: _Running | None = None   # the ask on its thread
+        self.asking: _RunningAsk | None = None   # the ask on its thread
         self.exhausted = False                # an ask found nothing left to propose
 
     @property
