@@ -507,3 +507,34 @@ def test_a_failed_trace_ahead_is_quiet(monkeypatch: pytest.MonkeyPatch, capsys: 
     assert "no GP today" not in capsys.readouterr().err
 
 
+
+
+@pytest.mark.slow
+def test_plain_vizier_picks_what_the_patched_one_does() -> None:
+    """SPICA_PLAIN_VIZIER=1 turns every performance patch of vizier_private.py off (Vizier's own padding, joins
+    and pick predictions): for the default designer (GP-UCB-PE) the same trials, seed and step give the same
+    picks, so the patches buy time only. (The GP bandit's random ARD restarts draw one length scale per padded
+    feature, so its picks can differ: docs/search.md.)"""
+    import os
+
+    algorithm = "DEFAULT"
+
+    live = filled(SMALL, algorithm, seed=5, n=9, infeasible_every=4)
+    allowed = free_of(live, SMALL_POOL)
+    spec = {"params": [{"name": p.name, "kind": p.kind, "values": list(p.values), "bounds": p.bounds,
+                        "log_scale": p.log_scale, "is_int": p.is_int} for p in SMALL],
+            "algorithm": algorithm, "seed": 5, "step": 2, "pool": SMALL_POOL, "allowed": allowed,
+            "trials": [{"params": t.params, "metrics": t.metrics, "reason": t.infeasible_reason} for t in live.trials]}
+    script = REBUILD_SCRIPT.replace(
+        "print(json.dumps(study.suggest(3, step=spec[\"step\"], pool=spec[\"pool\"], allowed=spec[\"allowed\"])))",
+        "picks = study.suggest(3, step=spec[\"step\"], pool=spec[\"pool\"], allowed=spec[\"allowed\"])\n"
+        "print(json.dumps([picks, type(study._designer).__name__, type(study._designer._padding_schedule).__name__]))")
+    assert script != REBUILD_SCRIPT
+    runs = {}
+    for flag in ("0", "1"):
+        out = subprocess.run([sys.executable, "-c", script], input=json.dumps(spec), capture_output=True,
+                             text=True, check=True, timeout=600, env={**os.environ, "SPICA_PLAIN_VIZIER": flag})
+        runs[flag] = json.loads(out.stdout.strip().splitlines()[-1])
+    assert runs["0"][1:] == ["PatchedUCBPE", "NumpyTrialPadding"]     # the patches were on ...
+    assert runs["1"][1:] == ["FiniteUCBPE", "PaddingSchedule"]        # ... and off: Vizier's own padding and joins
+    assert len(set(runs["0"][0])) == 3 and runs["1"][0] == runs["0"][0]

@@ -11,6 +11,7 @@ version instead of deep inside a sweep.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any, Callable, ClassVar
@@ -29,8 +30,17 @@ POOL_PAD_FLOOR = 1024  # a scored pool's rows are padded to the next power of tw
 #                        1024 candidates (and suggesters.MAX_POOL's 4096) score with at most three acquisition
 #                        executables, not one per power of two (dense's disagg branch, 568 candidates, after agg's
 #                        120: first ask 2.65 s unpadded, 1.42 s padded; bench/results/asks.log, --space dense)
-_DESIGNERS: tuple[type, type, type] | None = None
+_DESIGNERS: dict[bool, tuple[type, type, type]] = {}
 _PADDING: dict[bool, type] | None = None
+PLAIN_ENV = "SPICA_PLAIN_VIZIER"
+
+
+def plain() -> bool:
+    """``SPICA_PLAIN_VIZIER=1``: Vizier as it ships, none of the performance patches below (the padding floors
+    and numpy padding, the numpy joins, the skipped pick predictions). The finite-pool designers stay: scoring
+    the pool of legal candidates is what Spica's search is, not a speed-up. The picks are the same either way
+    (tests/test_study.py); only the time and memory of an ask differ (docs/search.md)."""
+    return os.environ.get(PLAIN_ENV, "").strip() == "1"
 
 
 def designer_classes() -> tuple[type, type, type]:
@@ -63,7 +73,10 @@ def padded_pool(count: int) -> int:
 
 
 def pool_features(features: Any) -> Any:
-    """A pool's features (a Vizier ``ModelInput`` of padded arrays) with the rows padded to :func:`padded_pool`."""
+    """A pool's features (a Vizier ``ModelInput`` of padded arrays) with the rows padded to :func:`padded_pool`
+    (as they are under :func:`plain`)."""
+    if plain():
+        return features
     from vizier._src.jax import types as vizier_types
 
     def rows(array: Any) -> Any:
@@ -100,8 +113,11 @@ def numpy_padding(padding: Any, pad_trials: bool, trial_floor: Callable[[], int]
     returns the padded size of an ask's completed + pending + new trials, so the completed trials' arrays (the
     ARD fit) and the joined ones (the pending picks) share one shape and an ask traces one GP, not two. Vizier's
     own schedule pads with ``jnp.pad``, one dispatched jax op per array, about 0.8 s of every ask
-    (measured when this was added). Built on first use so that importing this module never imports Vizier."""
+    (measured when this was added). Built on first use so that importing this module never imports Vizier.
+    Under :func:`plain`, Vizier's own default schedule (no padding)."""
     global _PADDING
+    if plain():
+        return padding.PaddingSchedule()
     if _PADDING is not None:
         return _PADDING[pad_trials](trial_floor=trial_floor)
     import attrs
@@ -275,12 +291,10 @@ def finite_designers(jax: Any, gradient_free_optimizer: type) -> tuple[type, typ
     acquisition optimizer (``FiniteSetOptimizer``). A designer finds the ask's choice (its pool and free
     candidates) on its ``spica_slot``; GP-UCB-PE asks the optimizer for one point at a time, with the pool's
     features converted once; the GP bandit's acquisition step is its ``_optimize_acquisition`` hook."""
-    global _DESIGNERS
-    if _DESIGNERS is not None:
-        return _DESIGNERS
+    is_plain = plain()
+    if is_plain in _DESIGNERS:
+        return _DESIGNERS[is_plain]
     import equinox as eqx
-
-    numpy_joins = _numpy_joins(eqx)
 
     VizierGPUCBPEBandit, VizierGPBandit, _ = designer_classes()
 
@@ -289,15 +303,7 @@ def finite_designers(jax: Any, gradient_free_optimizer: type) -> tuple[type, typ
     apply = eqx.filter_jit(lambda fn, *args: fn(*args))
 
     class FiniteUCBPE(VizierGPUCBPEBandit):
-        """Also joins and pads arrays in numpy where Vizier dispatches jax ops on them (see ``numpy_joins``)."""
-
         spica_slot: Any
-        _trials_to_data = numpy_joins.trials_to_data
-        _get_predictive_all_features = numpy_joins.predictive_all_features
-
-        def suggest(self, count: int | None = None) -> Any:
-            with numpy_joins.during_suggest(), without_pick_predictions():
-                return super().suggest(count)
 
         def get_score_fn_on_trials(self, score_fn: Any) -> Callable[[Sequence[Any]], dict[str, Any]]:
             pool = self.spica_slot.choice.pool
@@ -308,6 +314,22 @@ def finite_designers(jax: Any, gradient_free_optimizer: type) -> tuple[type, typ
                 return {"acquisition": apply(score_fn, features)}
 
             return acquisition
+
+    if not is_plain:
+        numpy_joins = _numpy_joins(eqx)
+
+        class PatchedUCBPE(FiniteUCBPE):
+            """Also joins and pads arrays in numpy where Vizier dispatches jax ops on them (``numpy_joins``), and
+            skips the per-pick predictions (``without_pick_predictions``)."""
+
+            _trials_to_data = numpy_joins.trials_to_data
+            _get_predictive_all_features = numpy_joins.predictive_all_features
+
+            def suggest(self, count: int | None = None) -> Any:
+                with numpy_joins.during_suggest(), without_pick_predictions():
+                    return super().suggest(count)
+
+        FiniteUCBPE = PatchedUCBPE  # type: ignore[misc]
 
     class FiniteGPBandit(VizierGPBandit):
         spica_slot: Any
@@ -332,8 +354,8 @@ def finite_designers(jax: Any, gradient_free_optimizer: type) -> tuple[type, typ
             scores = score_fn(choice.pool.trials)["acquisition"]
             return [choice.trial(p, s) for p, s in choice.best(scores, count)]
 
-    _DESIGNERS = (FiniteUCBPE, FiniteGPBandit, FiniteSetOptimizer)
-    return _DESIGNERS
+    _DESIGNERS[is_plain] = (FiniteUCBPE, FiniteGPBandit, FiniteSetOptimizer)
+    return _DESIGNERS[is_plain]
 
 
 def missing() -> list[str]:
@@ -375,6 +397,6 @@ def missing() -> list[str]:
     return [f"{name} is gone from the installed Vizier (Spica is tested with {PINNED})" for name in out]
 
 
-__all__ = ["PINNED", "POOL_PAD_FLOOR", "TRIAL_PAD_FLOOR", "designer_classes", "finite_designers", "missing",
+__all__ = ["PINNED", "PLAIN_ENV", "POOL_PAD_FLOOR", "TRIAL_PAD_FLOOR", "designer_classes", "finite_designers", "missing", "plain",
            "padded_array", "padded_pool", "padded_trials", "pool_features", "reseed", "numpy_padding",
            "without_pick_predictions"]
