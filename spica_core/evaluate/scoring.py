@@ -117,6 +117,14 @@ def attainment(metrics: Mapping[str, Any]) -> float | None:
     return float(good) / float(total) if float(total) > 0 else 0.0
 
 
+def meets_requirement(required: float, metrics: Mapping[str, Any]) -> bool:
+    """Whether the attainment reaches ``required`` (always, when nothing is required)."""
+    if required <= 0:
+        return True
+    share = attainment(metrics)
+    return share is not None and share >= required
+
+
 def meets_sla(goal: OptimizationGoal, metrics: Mapping[str, Any]) -> bool | None:
     """Whether the attainment reaches ``goal.sla_attainment``; None without an SLA (nothing to meet)."""
     if goal.sla is None:
@@ -182,4 +190,4 @@ HEADLINE_KEYS = ("output_throughput_tok_s", "request_throughput_rps", "mean_outp
 
 __all__ = ["avg_gpu", "metric_value", "signed", "objective_vector", "score_report", "is_feasible", "sla_kwargs",
            "check_goodput_contract", "candidate_metrics", "headline", "METRIC_KEYS", "minimised", "raw_value",
-           "attainment", "meets_sla", "search_value"]
+           "attainment", "meets_requirement", "meets_sla", "search_value"]

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Callable, TextIO
 
-from spica_core.evaluate.scoring import attainment
+from spica_core.evaluate.scoring import meets_requirement
 
 if TYPE_CHECKING:
     from spica_core.search import Trial
@@ -56,7 +56,7 @@ class SweepProgress:
         self.attempts += 1
         if trial.is_evaluated_success:
             self.done += 1
-            meets = self.required <= 0 or (attainment(trial.metrics) or 0.0) >= self.required
+            meets = meets_requirement(self.required, trial.metrics)
             if trial.score is not None and math.isfinite(trial.score) and meets:
                 self.best = trial.score if self.best is None else max(self.best, trial.score)
 

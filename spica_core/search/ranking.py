@@ -18,7 +18,7 @@ from spica_core.config.goal import OptimizationGoal, OptimizationTarget
 from spica_core.config.model import SmartSearchConfig
 from spica_core.evaluate.bands import Band, bands_from_dict, bands_to_dict
 from spica_core.deployment import Candidate
-from spica_core.evaluate.scoring import attainment, meets_sla, metric_value, signed
+from spica_core.evaluate.scoring import attainment, meets_requirement, meets_sla, metric_value, signed
 from spica_core.store import canonical_json
 from spica_core.search.trials import Trial
 
@@ -47,10 +47,10 @@ def rank(candidates: Iterable[S], goal: OptimizationGoal | None = None) -> list[
     by_goodput = goal is not None and goal.target is OptimizationTarget.min_gpus
 
     def key(c: S) -> tuple[bool, float, float, float, int]:
-        share = attainment(c.metrics)
-        misses = required > 0 and (share is None or share < required)
+        misses = not meets_requirement(required, c.metrics)
         tie = metric_value(OptimizationTarget.goodput_per_gpu, c.metrics) if by_goodput else 0.0
-        return misses, -(share or 0.0) if misses else 0.0, -float(c.score), -tie, int(c.used_gpus)  # type: ignore[arg-type]
+        share = -(attainment(c.metrics) or 0.0) if misses else 0.0
+        return misses, share, -float(c.score), -tie, int(c.used_gpus)  # type: ignore[arg-type]
 
     return sorted(candidates, key=key)
 
@@ -104,7 +104,7 @@ def pareto_front(candidates: Iterable[S], objectives: Sequence[OptimizationTarge
     With a ``required_attainment``, only candidates that reach it are on the front, unless none does."""
     objs = [OptimizationTarget(o) for o in objectives]
     pool = [c for c in candidates if c.objectives and all(o.value in c.objectives for o in objs)]
-    meeting = [c for c in pool if (attainment(c.metrics) or 0.0) >= required_attainment]
+    meeting = [c for c in pool if meets_requirement(required_attainment, c.metrics)]
     pool = meeting or pool
     front = [c for c in pool
              if not any(other is not c and dominates(other.objectives, c.objectives, objs)  # type: ignore[arg-type]
