@@ -19,6 +19,8 @@ from spica_core.evaluate import Status
 from examples.make_traces import write_mooncake_trace, write_poisson_trace
 from spica_core.search import Tally, Trial, rank_trials
 from spica_core.space.parallel import ParallelConfig
+from tests.report_parsing import (bold, bullets, cells, code, count, counts, fields, images, line_with, links,
+                                  quantities, table)
 
 SPACE: dict[str, Any] = {"model_name": "Qwen/Qwen3-32B", "hardware_sku": "h200_sxm", "gpu_budget": 8,
                          "deployment_mode": ["agg", "disagg"]}
@@ -130,6 +132,38 @@ def section(text: str, title: str) -> str:
     return text[start:end if end >= 0 else None]
 
 
+def objective(goal: str) -> tuple[str | None, ...]:
+    """The ``- goal:`` item as (target, what it measures, unit, higher/lower, tie-break or None)."""
+    m = re.fullmatch(r"(\w+): (.+) \(([^,]+), (higher|lower) is better\)(?:; ties go to (.+))?", goal)
+    assert m, goal
+    return m.groups()
+
+
+def compared(text: str) -> dict[str, tuple[str, ...]]:
+    """The winner-vs-runner-up table: metric -> (winner, runner-up, difference)."""
+    rows = table(text, "metric")
+    assert rows.header == ["metric", "winner (rank 1)", "runner-up (rank 2)", "difference"]
+    return {metric: tuple(row.values())[1:] for metric, row in rows.by("metric").items()}
+
+
+def given_up(winner: str) -> list[tuple[str, list[str]]]:
+    """The "What the winner gives up" items: (metric, [winner, runner-up, difference, relative difference])."""
+    gives = winner[winner.index("**What the winner gives up**"):]
+    return [(metric, quantities(values)) for metric, values in fields(gives).items()]
+
+
+def per_rank(text: str) -> dict[int, tuple[str, str]]:
+    """``- rank N (name): note`` items as {N: (name, note)}."""
+    items = [re.fullmatch(r"rank (\d+) \((.+?)\): (.*)", item) for item in bullets(text)]
+    return {int(m.group(1)): (m.group(2), m.group(3)) for m in items if m}
+
+
+def no_estimate_reason(note: str) -> str:
+    m = re.fullmatch(r"no AIC estimate \((.*)\)", note)
+    assert m, note
+    return m.group(1)
+
+
 # ---------------------------------------------------------------- number formatting
 
 
@@ -169,74 +203,113 @@ def test_scalar_report_files_and_plots(tmp_path: Path) -> None:
 
 def test_scalar_report_goal_sla_and_workload() -> None:
     text = render_markdown(scalar_inputs(), {})
-    goal = section(text, "Goal and SLA")
-    assert "- goal: goodput: goodput (tok/s, higher is better); ties go to fewer GPUs" in goal
-    assert "- SLA: TTFT ≤ 500 ms, ITL ≤ 50 ms" in goal
-    assert "- SLA requirement: at least 90 % of requests (rejected ones included) must meet the SLA" in goal
+    goal = fields(section(text, "Goal and SLA"))
+    assert objective(goal["goal"]) == ("goodput", "goodput", "tok/s", "higher", "fewer GPUs")
+    assert dict(re.findall(r"(\w+) ≤ (\S+ ms)", goal["SLA"])) == {"TTFT": "500 ms", "ITL": "50 ms"}
+    requirement = goal["SLA requirement"]
+    assert re.match(r"at least (\d+) % of requests", requirement).group(1) == "90"
+    assert "rejected ones included" in requirement
     work = section(text, "Workload")
-    assert "- synthetic: ISL 4,000 tokens, OSL 200 tokens" in work
-    assert "- load: closed loop, 64 requests in flight" in work
-    assert "- num_request_ratio 10.0 (640 requests)" in work
+    synthetic = fields(work)["synthetic"]
+    assert dict(re.findall(r"(ISL|OSL) (\S+ tokens)", synthetic)) == {"ISL": "4,000 tokens", "OSL": "200 tokens"}
+    load = fields(work)["load"]
+    assert "closed loop" in load and count(load, "requests in flight") == 64
+    ratio = line_with(work, "num_request_ratio")
+    assert quantities(ratio) == ["10.0", "640"] and count(ratio, "requests") == 640
     assert "![" not in text   # no plots were given
 
 
 def test_scalar_report_winner_next_to_runner_up_and_what_it_gives_up() -> None:
     text = render_markdown(scalar_inputs(), {})
     winner = section(text, "The winner and why")
-    assert "Rank 1: **disagg vllm 1×TP1 + 1×TP2** (3 GPUs, found in round 1)." in winner
-    assert "Best goodput: 1,800 tok/s vs the runner-up's 1,500 tok/s, +300 tok/s (+20.0%), within the GPU budget (3 of 8 GPUs)." in winner
-    assert "| metric | winner (rank 1) | runner-up (rank 2) | difference |" in winner
-    rows = {line.split(" | ")[0].lstrip("| "): line for line in winner.splitlines() if line.startswith("| ")}
-    assert rows["TTFT mean"] == "| TTFT mean | 100 ms | 80.0 ms | +20.0 ms (+25.0%) |"
-    assert rows["TTFT p99"] == "| TTFT p99 | 150 ms | 200 ms | -50.0 ms (-25.0%) |"
-    assert rows["ITL mean"] == "| ITL mean | 10.0 ms | 12.0 ms | -2.00 ms (-16.7%) |"
-    assert rows["ITL p99"] == "| ITL p99 | 25.0 ms | 30.0 ms | -5.00 ms (-16.7%) |"
-    assert rows["E2E mean"] == "| E2E mean | 2,100 ms | 2,500 ms | -400 ms (-16.0%) |"
-    assert rows["E2E p99"] == "| E2E p99 | 3,500 ms | 4,000 ms | -500 ms (-12.5%) |"
-    assert rows["throughput"] == "| throughput | 2,400 tok/s | 2,000 tok/s | +400 tok/s (+20.0%) |"
-    assert rows["throughput per GPU"] == "| throughput per GPU | 800 tok/s/GPU | 1,000 tok/s/GPU | -200 tok/s/GPU (-20.0%) |"
-    assert rows["goodput"] == "| goodput | 1,800 tok/s | 1,500 tok/s | +300 tok/s (+20.0%) |"
-    assert rows["GPUs"] == "| GPUs | 3 | 2 | +1 (+50.0%) |"
+    head = line_with(winner, "Rank 1:")
+    assert bold(head) == ["disagg vllm 1×TP1 + 1×TP2"]
+    assert count(head, "GPUs") == 3 and re.search(r"found in round (\d+)", head).group(1) == "1"
+    best = line_with(winner, "Best goodput")   # winner, runner-up, difference, relative difference
+    assert quantities(best)[:4] == ["1,800 tok/s", "1,500 tok/s", "+300 tok/s", "+20.0%"]
+    assert "runner-up" in best and re.search(r"GPU budget \((\d+) of (\d+) GPUs\)", best).groups() == ("3", "8")
+    rows = compared(winner)   # (winner, runner-up, difference)
+    assert rows["TTFT mean"] == ("100 ms", "80.0 ms", "+20.0 ms (+25.0%)")
+    assert rows["TTFT p99"] == ("150 ms", "200 ms", "-50.0 ms (-25.0%)")
+    assert rows["ITL mean"] == ("10.0 ms", "12.0 ms", "-2.00 ms (-16.7%)")
+    assert rows["ITL p99"] == ("25.0 ms", "30.0 ms", "-5.00 ms (-16.7%)")
+    assert rows["E2E mean"] == ("2,100 ms", "2,500 ms", "-400 ms (-16.0%)")
+    assert rows["E2E p99"] == ("3,500 ms", "4,000 ms", "-500 ms (-12.5%)")
+    assert rows["throughput"] == ("2,400 tok/s", "2,000 tok/s", "+400 tok/s (+20.0%)")
+    assert rows["throughput per GPU"] == ("800 tok/s/GPU", "1,000 tok/s/GPU", "-200 tok/s/GPU (-20.0%)")
+    assert rows["goodput"] == ("1,800 tok/s", "1,500 tok/s", "+300 tok/s (+20.0%)")
+    assert rows["GPUs"] == ("3", "2", "+1 (+50.0%)")
     assert "TPOT mean" in rows   # only the runner-up has it: shown, no difference
-    assert rows["TPOT mean"] == "| TPOT mean | — | 12.0 ms | — |"
-    gives = winner[winner.index("**What the winner gives up**"):]
-    assert "(where the runner-up, agg vllm 1×TP2, is better)" in gives
-    given = [line[2:] for line in gives.splitlines() if line.startswith("- ")]
-    assert given == ["TTFT mean: 100 ms vs 80.0 ms, +20.0 ms (+25.0%)",
-                     "throughput per GPU: 800 tok/s/GPU vs 1,000 tok/s/GPU, -200 tok/s/GPU (-20.0%)",
-                     "goodput per GPU: 600 tok/s/GPU vs 750 tok/s/GPU, -150 tok/s/GPU (-20.0%)",
-                     "GPUs: 3 vs 2, +1 (+50.0%)",
-                     "avg GPUs: 3.00 vs 2.00, +1.00 (+50.0%)",
-                     "GPU-hours: 3.00 h vs 2.00 h, +1.00 h (+50.0%)"]
+    assert rows["TPOT mean"] == ("—", "12.0 ms", "—")
+    gives = line_with(winner, "**What the winner gives up**")
+    assert re.search(r"runner-up, (.+?), is better", gives).group(1) == "agg vllm 1×TP2"
+    assert given_up(winner) == [
+        ("TTFT mean", ["100 ms", "80.0 ms", "+20.0 ms", "+25.0%"]),
+        ("throughput per GPU", ["800 tok/s/GPU", "1,000 tok/s/GPU", "-200 tok/s/GPU", "-20.0%"]),
+        ("goodput per GPU", ["600 tok/s/GPU", "750 tok/s/GPU", "-150 tok/s/GPU", "-20.0%"]),
+        ("GPUs", ["3", "2", "+1", "+50.0%"]),
+        ("avg GPUs", ["3.00", "2.00", "+1.00", "+50.0%"]),
+        ("GPU-hours", ["3.00 h", "2.00 h", "+1.00 h", "+50.0%"])]
 
 
 def test_scalar_report_ranked_table_and_manifest_links() -> None:
     text = render_markdown(scalar_inputs(), {})
     results = section(text, "Results")
-    assert "3 ranked candidates from 3 feasible evaluation(s); 2 emitted as manifests." in results
-    assert ("| 1 | disagg | vllm | 1×TP1 + 1×TP2 | tp+tp | 3 | bf16 P:4/16384 D:512/8192 rr | 1,800 tok/s | 0.95 (meets) | "
-            "2,400 tok/s | 100 ms | 10.0 ms | [manifests/rank-1.yaml](manifests/rank-1.yaml) |") in results
-    assert ("| 3 | agg | vllm | 1×TP1 | tp | 1 | bf16 A:128/8192 kv(1.0,4.0,0.0) | 900 tok/s | 0.80 (misses) | 1,000 tok/s "
-            "| 90.0 ms | — |  |") in results
-    assert "so ranked after every candidate that meets it: rank 3 (agg vllm 1×TP1): 80 %." in results
+    assert count(results, "ranked candidates") == 3
+    assert count(results, "feasible evaluation") == 3
+    assert count(results, "emitted") == 2
+    rows = table(results)
+    assert rows.column("rank") == ["1", "2", "3"]
+    first, third = rows[0], rows[2]
+    assert cells(first, "mode", "backend", "parallel", "strategy") == ("disagg", "vllm", "1×TP1 + 1×TP2", "tp+tp")
+    assert first["GPUs"] == "3"
+    assert first["precision / batching / router / planner"] == "bf16 P:4/16384 D:512/8192 rr"
+    assert first["goodput (tok/s)"] == "1,800 tok/s"
+    assert first["SLA attainment"] == "0.95 (meets)"
+    assert cells(first, "throughput", "TTFT mean (band)", "ITL mean (band)") == ("2,400 tok/s", "100 ms", "10.0 ms")
+    assert links(first["manifest"]) == [("manifests/rank-1.yaml", "manifests/rank-1.yaml")]
+    assert cells(third, "mode", "backend", "parallel", "strategy") == ("agg", "vllm", "1×TP1", "tp")
+    assert third["GPUs"] == "1"
+    assert third["precision / batching / router / planner"] == "bf16 A:128/8192 kv(1.0,4.0,0.0)"
+    assert third["goodput (tok/s)"] == "900 tok/s"
+    assert third["SLA attainment"] == "0.80 (misses)"
+    assert cells(third, "throughput", "TTFT mean (band)", "ITL mean (band)") == ("1,000 tok/s", "90.0 ms", "—")
+    assert third["manifest"] == ""   # not emitted
+    missing = line_with(results, "SLA requirement")
+    assert "ranked after every candidate that meets it" in missing
+    assert re.findall(r"rank (\d+) \(([^)]+)\): (\S+ %)", missing) == [("3", "agg vllm 1×TP1", "80 %")]
     files = section(text, "Files")
-    assert ("- candidates: [candidates.parquet](candidates.parquet), [candidates.json](candidates.json), "
-            "[candidates.csv](candidates.csv)") in files
-    assert "  - rank 1: [manifests/rank-1.yaml](manifests/rank-1.yaml)" in files
-    assert "  - rank 2: [manifests/rank-2.yaml](manifests/rank-2.yaml)" in files
+    assert links(fields(files)["candidates"]) == [("candidates.parquet", "candidates.parquet"),
+                                                  ("candidates.json", "candidates.json"),
+                                                  ("candidates.csv", "candidates.csv")]
+    assert "manifests" in fields(files)   # the manifests are listed under it
+    manifests = {item: links(target) for item, target in fields(files, indent=2).items()}
+    assert manifests == {"rank 1": [("manifests/rank-1.yaml", "manifests/rank-1.yaml")],
+                         "rank 2": [("manifests/rank-2.yaml", "manifests/rank-2.yaml")]}
 
 
 def test_scalar_report_aic_estimate_next_to_the_replay() -> None:
     aic = section(render_markdown(scalar_inputs(), {}), "AI Configurator's estimate (static agg)")
-    assert ("- rank 2 (agg vllm 1×TP2): at ISL 4,000, OSL 200, concurrency 64; "
-            "source: aiconfigurator-core 0.12.0 vllm 0.24.0 static agg") in aic
-    assert "| metric | AI Configurator | replay | replay − AIC |" in aic
-    assert "| TTFT mean | 75.0 ms | 80.0 ms | +5.00 ms (+6.7%) |" in aic
-    assert "| TPOT / ITL mean | 11.0 ms | 12.0 ms | +1.00 ms (+9.1%) |" in aic
-    assert "| throughput | 2,100 tok/s | 2,000 tok/s | -100 tok/s (-4.8%) |" in aic
-    assert "| throughput per GPU | 1,050 tok/s/GPU | 1,000 tok/s/GPU | -50.0 tok/s/GPU (-4.8%) |" in aic
-    assert "- rank 1 (disagg vllm 1×TP1 + 1×TP2): no AIC estimate (disagg: AIC's estimate is for a static agg" in aic
-    assert "- rank 3 (agg vllm 1×TP1): no AIC estimate (AIC has no analytic answer for it" in aic
+    notes = per_rank(aic)
+    name, note = notes[2]
+    assert name == "agg vllm 1×TP2"
+    point = dict(re.findall(r"(ISL|OSL|concurrency) (\d+(?:,\d{3})*)", note))
+    assert point == {"ISL": "4,000", "OSL": "200", "concurrency": "64"}
+    assert note.split("source: ", 1)[1] == "aiconfigurator-core 0.12.0 vllm 0.24.0 static agg"
+    rows = table(aic)
+    assert rows.header == ["metric", "AI Configurator", "replay", "replay − AIC"]
+    rows = {metric: tuple(row.values())[1:] for metric, row in rows.by("metric").items()}   # (AIC, replay, difference)
+    assert rows["TTFT mean"] == ("75.0 ms", "80.0 ms", "+5.00 ms (+6.7%)")
+    assert rows["TPOT / ITL mean"] == ("11.0 ms", "12.0 ms", "+1.00 ms (+9.1%)")
+    assert rows["throughput"] == ("2,100 tok/s", "2,000 tok/s", "-100 tok/s (-4.8%)")
+    assert rows["throughput per GPU"] == ("1,050 tok/s/GPU", "1,000 tok/s/GPU", "-50.0 tok/s/GPU (-4.8%)")
+    name, note = notes[1]
+    assert name == "disagg vllm 1×TP1 + 1×TP2"
+    reason = no_estimate_reason(note)
+    assert reason.startswith("disagg:") and "static agg" in reason
+    name, note = notes[3]
+    assert name == "agg vllm 1×TP1"
+    assert no_estimate_reason(note).startswith("AIC has no analytic answer")
 
 
 def test_aic_estimate_reason_given_as_text_and_the_scaling_planner() -> None:
@@ -248,26 +321,29 @@ def test_aic_estimate_reason_given_as_text_and_the_scaling_planner() -> None:
               feasible("agg", 1, AGG_TP1, 5.0, metrics=metrics(1, goodput_output_throughput_tok_s=5.0))]
     inputs = scalar_inputs(records=records_of(trials, cfg), trials=trials, tally=Tally.of(trials),
                            aic={2: "no perf database for (h200_sxm, vllm)"})
-    aic = section(render_markdown(inputs, {}), "AI Configurator's estimate (static agg)")
-    assert "- rank 1 (agg vllm 1×TP2): no AIC estimate (the planner scales replicas: not a static deployment)" in aic
-    assert "- rank 2 (agg vllm 1×TP1): no AIC estimate (no perf database for (h200_sxm, vllm))" in aic
+    notes = per_rank(section(render_markdown(inputs, {}), "AI Configurator's estimate (static agg)"))
+    name, note = notes[1]
+    assert name == "agg vllm 1×TP2" and "planner scales replicas" in no_estimate_reason(note)
+    name, note = notes[2]
+    assert name == "agg vllm 1×TP1" and no_estimate_reason(note) == "no perf database for (h200_sxm, vllm)"
 
 
 def test_scalar_report_tally_reasons_and_provenance() -> None:
     text = render_markdown(scalar_inputs(), {})
     tally = section(text, "Outcome tally")
-    assert "8 attempts: 3 feasible, 2 infeasible, 1 failed, 1 unsupported, 1 cache hits." in tally
-    assert "| over budget | infeasible | 2 |" in tally
-    assert "| replay crashed | failed | 1 |" in tally
-    assert "| unsupported | unsupported | 1 |" in tally
-    prov = section(text, "Provenance")
-    assert "| spica | 0.3.0 |" in prov
-    assert "| ai-dynamo-runtime (replay) | 1.6.1 |" in prov
-    assert "| aiconfigurator-core | 0.12.0 |" in prov
-    assert "| perf DB (vllm) | 0.24.0 |" in prov
-    assert "| config fingerprint | `cfg1234abcd` |" in prov
-    assert "| stage trials | `trialsfp99` |" in prov
-    assert "through Dynamo's offline replay" in prov
+    assert counts(line_with(tally, "attempts")) == {"attempts": 8, "feasible": 3, "infeasible": 2, "failed": 1,
+                                                    "unsupported": 1, "cache hits": 1}
+    reasons = {row["reason"]: (row["outcome"], row["count"]) for row in table(tally, "reason")}
+    assert reasons == {"over budget": ("infeasible", "2"), "replay crashed": ("failed", "1"),
+                       "unsupported": ("unsupported", "1")}
+    prov = {row["what"]: row["value"] for row in table(section(text, "Provenance"))}
+    assert prov["spica"] == "0.3.0"
+    assert prov["ai-dynamo-runtime (replay)"] == "1.6.1"
+    assert prov["aiconfigurator-core"] == "0.12.0"
+    assert prov["perf DB (vllm)"] == "0.24.0"
+    assert code(prov["config fingerprint"]) == ["cfg1234abcd"]
+    assert code(prov["stage trials"]) == ["trialsfp99"]
+    assert prov["timing source"] == PROVENANCE.timing_source   # "... through Dynamo's offline replay"
 
 
 def test_progress_and_backend_series() -> None:
@@ -286,18 +362,25 @@ def test_minimised_goal_reads_scores_as_latency() -> None:
                            aic={}, objectives=("e2e_latency",))
     assert progress_series(inputs) == {"agg": [(1, 3000.0), (2, 2000.0)]}
     text = render_markdown(inputs, {})
-    assert "- goal: e2e_latency: mean E2E latency (ms, lower is better)" in text
-    assert "Best mean E2E latency: 2,000 ms vs the runner-up's 3,000 ms, -1,000 ms (-33.3%)" in text
+    goal = objective(fields(section(text, "Goal and SLA"))["goal"])
+    assert goal[:4] == ("e2e_latency", "mean E2E latency", "ms", "lower")
+    best = line_with(section(text, "The winner and why"), "Best mean E2E latency")
+    assert "runner-up" in best   # winner, runner-up, difference, relative difference
+    assert quantities(best)[:4] == ["2,000 ms", "3,000 ms", "-1,000 ms", "-33.3%"]
 
 
 def test_single_candidate_and_a_score_tie() -> None:
     cfg = config(SYNTHETIC, SCALAR_GOAL)
     one = [feasible("agg", 0, AGG_TP1, 5.0, metrics=metrics(1, goodput_output_throughput_tok_s=5.0))]
     text = render_markdown(scalar_inputs(records=records_of(one, cfg), trials=one, tally=Tally.of(one), aic={}), {})
-    assert "It is the only ranked candidate (1 feasible evaluation(s))." in text
+    only = line_with(section(text, "The winner and why"), "only ranked candidate")
+    assert count(only, "feasible evaluation") == 1
     tie = [*one, feasible("agg", 1, AGG_TP2, 5.0, metrics=metrics(2, goodput_output_throughput_tok_s=5.0))]
     text = render_markdown(scalar_inputs(records=records_of(tie, cfg), trials=tie, tally=Tally.of(tie), aic={}), {})
-    assert "Tied on goodput (5.00 tok/s); the winner uses fewer GPUs (1 vs 2), which breaks the tie." in text
+    tied = line_with(section(text, "The winner and why"), "Tied on")
+    assert re.search(r"Tied on (\w+) \(([^)]+)\)", tied).groups() == ("goodput", "5.00 tok/s")
+    assert re.search(r"fewer GPUs \((\d+) vs (\d+)\)", tied).groups() == ("1", "2")   # winner vs runner-up
+    assert "breaks the tie" in tied
 
 
 # ---------------------------------------------------------------- Pareto run on a trace
@@ -331,25 +414,43 @@ def test_pareto_report_on_a_trace_workload(tmp_path: Path) -> None:
     for plot in files.plots:
         assert_png(plot)
     text = files.markdown.read_text()
-    assert ("- goal: Pareto front over throughput_per_gpu (tok/s/GPU, higher is better), "
-            "throughput_per_user (tok/s/user, higher is better)") in text
-    assert "- SLA: none" in text
+    goal = fields(section(text, "Goal and SLA"))
+    assert goal["goal"].startswith("Pareto front")
+    assert re.findall(r"(\w+) \(([^,]+), (higher|lower) is better\)", goal["goal"]) == [
+        ("throughput_per_gpu", "tok/s/GPU", "higher"), ("throughput_per_user", "tok/s/user", "higher")]
+    assert goal["SLA"] == "none"
     profile = trace_profile(trace)
     work = section(text, "Workload")
-    assert "- trace: `trace.jsonl` (mooncake)" in work
-    assert "- arrivals replayed 2.00× as fast as recorded" in work
-    assert (f"- 300 requests over {fmt(profile.duration_s, 's')}: mean {fmt(profile.mean_rps, 'req/s')}, "
-            f"peak {fmt(profile.peak_rps, 'req/s')}") in work
-    assert "![requests per second over time](report/trace_rate.png)" in work
+    source = fields(work)["trace"]
+    assert code(source) == ["trace.jsonl"] and re.search(r"\((\w+)\)$", source).group(1) == "mooncake"
+    assert re.search(r"replayed (\S+)× as fast", line_with(work, "arrivals replayed")).group(1) == "2.00"
+    arrivals = line_with(work, "requests over")
+    assert count(arrivals, "requests over") == 300
+    assert re.search(r"requests over (\S+ s)\b", arrivals).group(1) == fmt(profile.duration_s, "s")
+    assert dict(re.findall(r"(mean|peak) (\S+ req/s)", arrivals)) == {"mean": fmt(profile.mean_rps, "req/s"),
+                                                                      "peak": fmt(profile.peak_rps, "req/s")}
+    [(alt, path)] = images(work)
+    assert path == "report/trace_rate.png" and "requests per second" in alt
     results = section(text, "Results")
-    assert "3 points of the Pareto front from 4 feasible evaluation(s); 2 emitted as manifests." in results
-    assert "| 2 | agg | vllm | 1×TP2 | tp | 2 | bf16 A:256/8192 kv(1.0,4.0,0.0) | 900 tok/s/GPU | 70.0 tok/s/user |" in results
+    assert count(results, "points of the Pareto front") == 3
+    assert count(results, "feasible evaluation") == 4
+    assert count(results, "emitted") == 2
+    second = table(results).by("rank")["2"]
+    assert cells(second, "mode", "backend", "parallel", "strategy") == ("agg", "vllm", "1×TP2", "tp")
+    assert second["GPUs"] == "2"
+    assert second["precision / batching / router / planner"] == "bf16 A:256/8192 kv(1.0,4.0,0.0)"
+    assert second["throughput_per_gpu (tok/s/GPU)"] == "900 tok/s/GPU"
+    assert second["throughput_per_user (tok/s/user)"] == "70.0 tok/s/user"
     winner = section(text, "The winner and why")
     assert "A Pareto front has no single winner" in winner
-    assert ("rank 1 is better on throughput_per_gpu and worse on throughput_per_user") in winner
-    assert "| throughput per user | 40.0 tok/s/user | 70.0 tok/s/user | -30.0 tok/s/user (-42.9%) |" in winner
-    assert "- throughput per user: 40.0 tok/s/user vs 70.0 tok/s/user, -30.0 tok/s/user (-42.9%)" in winner
-    assert "| KV capacity | infeasible | 1 |" in text
+    assert re.search(r"rank (\d+) is better on (\w+) and worse on (\w+)", winner).groups() == (
+        "1", "throughput_per_gpu", "throughput_per_user")
+    per_user = ("40.0 tok/s/user", "70.0 tok/s/user", "-30.0 tok/s/user (-42.9%)")   # (winner, runner-up, difference)
+    assert compared(winner)["throughput per user"] == per_user
+    assert ("throughput per user", ["40.0 tok/s/user", "70.0 tok/s/user", "-30.0 tok/s/user", "-42.9%"]) in \
+        given_up(winner)
+    reasons = table(section(text, "Outcome tally"), "reason").by("reason")
+    assert cells(reasons["KV capacity"], "outcome", "count") == ("infeasible", "1")
     html = files.html.read_text()
     for name in ("front", "progress", "by_backend", "trace_rate"):
         assert re.search(rf'<img[^>]*src="report/{name}\.png"', html), name
@@ -401,12 +502,18 @@ def test_no_feasible_candidate_still_renders_with_the_reasons(tmp_path: Path) ->
     assert files.plots == ()
     assert not (tmp_path / "report" / "front.png").exists()
     text = files.markdown.read_text()
-    assert ("**No feasible candidate**: none of the 4 attempt(s) was feasible (3 infeasible, 1 failed, "
-            "0 unsupported).") in text
-    assert "Top reasons: over budget (2×); KV capacity (1×); replay crashed (1×)." in text
+    results = section(text, "Results")
+    none = line_with(results, "No feasible candidate")
+    assert bold(none) == ["No feasible candidate"]
+    assert counts(none) == {"attempt": 4, "infeasible": 3, "failed": 1, "unsupported": 0}
+    top = line_with(results, "Top reasons")
+    assert re.findall(r"(\w[\w ]*?) \((\d+)×\)", top) == [("over budget", "2"), ("KV capacity", "1"),
+                                                             ("replay crashed", "1")]   # most frequent first
     assert "## The winner and why" not in text
-    assert "- manifests: none written" in text
-    assert "| over budget | infeasible | 2 |" in text
+    assert fields(section(text, "Files"))["manifests"] == "none written"
+    assert fields(section(text, "Files"), indent=2) == {}
+    reasons = table(section(text, "Outcome tally"), "reason").by("reason")
+    assert cells(reasons["over budget"], "outcome", "count") == ("infeasible", "2")
     assert "No feasible candidate" in files.html.read_text()
 
 
@@ -422,11 +529,17 @@ def test_the_report_shows_each_latency_with_its_band_and_the_confidence_check() 
     inputs = replace(base, records=(first, *base.records[1:]),
                      confidence=ConfidenceCheck(0.9, {1: 10.0, 2: 20.0, 3: None}))
     text = render_markdown(inputs, {})
-    results = section(text, "Results")
-    assert "| 100 ms (80.0–130 on measured GPUs, 60 rows) | 10.0 ms (9.00–12.0 on measured GPUs, 60 rows) |" in results
+    rank1 = table(section(text, "Results")).by("rank")["1"]
+    band = r"(\S+ ms) \((\S+)–(\S+) on (.+), (\d+) rows\)"   # point (low–high on what, how many rows)
+    assert re.fullmatch(band, rank1["TTFT mean (band)"]).groups() == ("100 ms", "80.0", "130", "measured GPUs", "60")
+    assert re.fullmatch(band, rank1["ITL mean (band)"]).groups() == ("10.0 ms", "9.00", "12.0", "measured GPUs", "60")
     goal = section(text, "Goal and SLA")
-    assert "- SLA confidence: 0.5 — the point prediction" in goal
-    assert "at confidence 0.9 the top 3 would rank: rank 2 (20.0), rank 1 (10.0), rank 3 (failed) — a different order" in goal
+    confidence = fields(goal)["SLA confidence"]
+    assert quantities(confidence) == ["0.5"] and "point prediction" in confidence
+    check = line_with(goal, "would rank")
+    assert re.search(r"at confidence (\S+) the top (\d+)", check).groups() == ("0.9", "3")
+    assert re.findall(r"rank (\d+) \(([^)]+)\)", check) == [("2", "20.0"), ("1", "10.0"), ("3", "failed")]
+    assert "a different order" in check
 
 
 def test_the_results_table_lists_the_top_20_and_points_at_the_csv() -> None:
@@ -437,7 +550,9 @@ def test_the_results_table_lists_the_top_20_and_points_at_the_csv() -> None:
     results = section(render_markdown(replace(base, records=many), {}), "Results")
     ranks = [int(m.group(1)) for m in re.finditer(r"^\| (\d+) \|", results, re.M)]
     assert ranks == list(range(1, 21))
-    assert "The top 20 of 25 are shown; every candidate is in [candidates.csv](candidates.csv)." in results
+    shown = line_with(results, "are shown")
+    assert re.search(r"top (\d+) of (\d+)", shown).groups() == ("20", "25")
+    assert links(shown) == [("candidates.csv", "candidates.csv")]
 
 
 def test_the_html_report_shows_raw_html_from_reasons_and_names_as_text() -> None:
