@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spica_cli.prefect_private import running_temporary_server
+from spica_cli.prefect_private import SERVER_APP, SERVER_ENV, SERVER_PORTS, running_temporary_server
 
 TICK_S = 0.25          # how often the watchers look at the API server process
 
@@ -44,14 +44,13 @@ sys.argv[0] = "uvicorn"
 from uvicorn.main import main
 main()
 """
-_PORTS = range(8000, 9000)   # Prefect's SubprocessASGIServer._port_range
 _PORT_IN_USE = 3             # uvicorn's exit code when it cannot bind
 
 
 def _free_port() -> int:
     """A free local port from Prefect's range, chosen as Prefect chooses it (random, bind-tested)."""
     for _ in range(10):
-        port = random.choice(_PORTS)
+        port = random.choice(SERVER_PORTS)
         with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
             try:
                 sock.bind(("127.0.0.1", port))
@@ -92,7 +91,7 @@ class TempServer:
         return f"http://127.0.0.1:{self.port}/api"
 
     def _popen(self, hold: bool) -> subprocess.Popen[Any]:
-        server_env = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+        server_env = dict(SERVER_ENV)
         settings_env: dict[str, str] = {}
         if "prefect.settings" in sys.modules:  # (Prefect passes its settings on; a held start precedes them)
             from prefect.settings import get_current_settings
@@ -104,7 +103,7 @@ class TempServer:
             env["SPICA_SERVER_HOLD"] = "1"
         return subprocess.Popen(
             args=[sys.executable, "-c", _SERVER_BOOT, "--app-dir", _site_packages(),
-                  "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
+                  "--factory", SERVER_APP, "--host", "127.0.0.1",
                   "--port", str(self.port), "--log-level", "error", "--lifespan", "on"],
             env=env, stdin=subprocess.PIPE if hold else None, start_new_session=True,
         )

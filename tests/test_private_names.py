@@ -206,6 +206,21 @@ def test_the_installed_prefect_has_the_name_spica_reads(monkeypatch: pytest.Monk
                                          "(Spica is tested with prefect 3.9.1)"]
 
 
+def test_what_the_sweep_copies_from_prefect_s_server_is_checked_against_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The port range, environment and application of Prefect's temporary server are copied (api_server.py starts
+    it itself): a Prefect that starts its server differently is reported, not followed silently."""
+    import inspect
+
+    from spica_cli import api_server, prefect_private
+
+    source = inspect.getsource(api_server)
+    assert "range(8000" not in source and "PREFECT__SERVER" not in source   # the copy lives in the adapter only
+    real = inspect.getsource
+    monkeypatch.setattr(inspect, "getsource", lambda obj: real(obj).replace("range(8000, 9000)", "range(9000, 9100)"))
+    assert prefect_private.missing() == ["SubprocessASGIServer no longer uses 'range(8000, 9000)', which "
+                                         "spica_cli/api_server.py copies (Spica is tested with prefect 3.9.1)"]
+
+
 @pytest.mark.slow
 def test_gp_ucb_pes_joins_in_numpy_give_vizier_s_values_and_compile_nothing_per_pending_count(
         caplog: pytest.LogCaptureFixture) -> None:
