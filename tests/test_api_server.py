@@ -26,13 +26,23 @@ def test_a_held_server_that_is_not_released_exits_on_eof_without_serving() -> No
 
 def test_no_held_server_when_the_environment_names_an_api(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(api_server, "_HELD", None)
+    monkeypatch.setattr(api_server, "_OWN", None)
+    monkeypatch.setattr(api_server, "running_temporary_server", lambda: None)
+    for name in ("PREFECT_API_URL", "PREFECT_SERVER_ALLOW_EPHEMERAL_MODE", "PREFECT_SERVER_EPHEMERAL_ENABLED"):
+        monkeypatch.delenv(name, raising=False)
     for name, value in (("PREFECT_API_URL", "http://127.0.0.1:9/api"),
                         ("PREFECT_SERVER_ALLOW_EPHEMERAL_MODE", "false")):
         with monkeypatch.context() as env:
             env.setenv(name, value)
             api_server.prestart_api()
             assert api_server._HELD is None
-    api_server.discard_held()  # a no-op without one
+    api_server.prestart_api()          # the same call with neither variable: a held server is started ...
+    held = api_server._HELD
+    try:
+        assert held is not None and held.held and held.alive()
+    finally:
+        api_server.discard_held()      # ... and discarding it stops it
+    assert api_server._HELD is None and held.proc.wait(120) is not None
 
 
 def test_the_api_url_reaches_every_thread_but_not_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
