@@ -33,9 +33,9 @@ from spica_core.evaluate.evaluator import EvalRequest
 from spica_core.evaluate.headroom import headroom_job
 from spica_core.evaluate.jobs import Job, run_job, run_jobs
 from spica_core.evaluate import ReplaySpread, replay_is_exact, spread_job
-from spica_core.evaluate.scoring import attainment
+from spica_core.evaluate.scoring import attainment, reaches
 from spica_core.evaluate.workers import Evaluator
-from spica_core.search.ranking import near_ties
+from spica_core.search.ranking import near_ties, order_key
 
 CHECK_CONFIDENCE = 0.9
 CHECK_TOP = 5
@@ -54,16 +54,12 @@ class ConfidenceCheck:
     required: float = 0.0
 
     def misses(self, rank: int) -> bool:
-        share = self.attainments.get(rank)
-        return self.required > 0 and (share is None or share < self.required)
+        return not reaches(self.attainments.get(rank), self.required)
 
     def reranked(self) -> list[int]:
         """The ranks in the order they would have at ``confidence``, by the ranking's own rule (failed last)."""
-        def key(r: int) -> tuple[bool, bool, float, float, int]:
-            misses = self.misses(r)
-            return (self.scores[r] is None, misses, -(self.attainments.get(r) or 0.0) if misses else 0.0,
-                    -(self.scores[r] or 0.0), r)
-        return sorted(self.scores, key=key)
+        return sorted(self.scores, key=lambda r: (self.scores[r] is None, order_key(
+            self.scores[r] or 0.0, self.attainments.get(r), self.required), r))
 
 
 def request_of(record: CandidateRecord, config: SmartSearchConfig, trace_file: Path | None,

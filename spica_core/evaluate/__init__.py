@@ -26,7 +26,8 @@ _FROM: dict[str, str] = {
     **dict.fromkeys(("load_serving",), "serving"),
     **dict.fromkeys((
         "attainment", "avg_gpu", "candidate_metrics", "headline", "is_feasible", "meets_requirement", "meets_sla",
-        "metric_value", "minimised", "objective_vector", "raw_value", "score_report", "search_value", "signed",
+        "metric_value", "minimised", "objective_vector", "raw_value", "reaches", "score_report", "search_value",
+        "signed",
         "sla_kwargs",
     ), "scoring"),
     **dict.fromkeys(("Evaluator", "POLL_S"), "workers"),
@@ -52,7 +53,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from spica_core.evaluate.serving import load_serving
     from spica_core.evaluate.scoring import (
         attainment, avg_gpu, candidate_metrics, headline, is_feasible, meets_requirement, meets_sla, metric_value,
-        minimised, objective_vector, raw_value, score_report, search_value, signed, sla_kwargs
+        minimised, objective_vector, raw_value, reaches, score_report, search_value, signed, sla_kwargs
     )
     from spica_core.evaluate.workers import Evaluator, POLL_S
 
@@ -62,6 +63,6 @@ __all__ = [
     "find_headroom", "headline", "headroom_job", "Headroom", "is_feasible", "Job", "load_bands", "load_serving",
     "make_evaluator", "Metric", "METRICS", "OBJECTIVES", "derived_metrics", "metric_or_fallback", "objective_metric",
     "meets_requirement", "meets_sla", "metric_value", "minimised", "objective_vector", "Outcome", "POLL_S",
-    "raw_value", "ReplaySpread", "replay_is_exact", "replay_spread", "run_job", "run_jobs", "score_report",
+    "raw_value", "reaches", "ReplaySpread", "replay_is_exact", "replay_spread", "run_job", "run_jobs", "score_report",
     "search_value", "SequentialEvaluator", "signed", "sla_kwargs", "spread_job", "Status",
 ]

@@ -117,12 +117,14 @@ def attainment(metrics: Mapping[str, Any]) -> float | None:
     return float(good) / float(total) if float(total) > 0 else 0.0
 
 
+def reaches(share: float | None, required: float) -> bool:
+    """Whether an attainment reaches ``required`` (always, when nothing is required; never, when unknown)."""
+    return required <= 0 or (share is not None and share >= required)
+
+
 def meets_requirement(required: float, metrics: Mapping[str, Any]) -> bool:
-    """Whether the attainment reaches ``required`` (always, when nothing is required)."""
-    if required <= 0:
-        return True
-    share = attainment(metrics)
-    return share is not None and share >= required
+    """Whether the metrics' attainment reaches ``required`` (always, when nothing is required)."""
+    return reaches(attainment(metrics), required)
 
 
 def meets_sla(goal: OptimizationGoal, metrics: Mapping[str, Any]) -> bool | None:
@@ -130,7 +132,7 @@ def meets_sla(goal: OptimizationGoal, metrics: Mapping[str, Any]) -> bool | None
     if goal.sla is None:
         return None
     share = attainment(metrics)
-    return share is not None and share >= goal.required_attainment
+    return share is not None and reaches(share, goal.required_attainment)
 
 
 def search_value(goal: OptimizationGoal, score: float, metrics: Mapping[str, Any], gpu_budget: int) -> float:
@@ -190,4 +192,4 @@ HEADLINE_KEYS = ("output_throughput_tok_s", "request_throughput_rps", "mean_outp
 
 __all__ = ["avg_gpu", "metric_value", "signed", "objective_vector", "score_report", "is_feasible", "sla_kwargs",
            "check_goodput_contract", "candidate_metrics", "headline", "METRIC_KEYS", "minimised", "raw_value",
-           "attainment", "meets_requirement", "meets_sla", "search_value"]
+           "attainment", "meets_requirement", "meets_sla", "reaches", "search_value"]

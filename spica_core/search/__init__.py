@@ -18,8 +18,8 @@ _FROM: dict[str, str] = {
     **dict.fromkeys(("OptimizerProcess", "RemoteStudy", "optimizer_for", "optimizer_process",
                      "traces_ahead"), "optimizer"),
     **dict.fromkeys(("SweepProgress",), "progress"),
-    **dict.fromkeys(("RankedCandidate", "Scored", "Tieable", "dominates", "near_ties", "pareto_front", "rank",
-                     "rank_trials"), "ranking"),
+    **dict.fromkeys(("RankedCandidate", "Scored", "Tieable", "dominates", "near_ties", "order_key", "pareto_front",
+                     "rank", "rank_trials"), "ranking"),
     **dict.fromkeys(("Batch", "BranchResult", "BranchSearch", "round_plan"), "rounds"),
     **dict.fromkeys(("Study", "TrialRecord", "derive_seed"), "study"),
     **dict.fromkeys(("ATTEMPT_CAP_FACTOR", "Proposal", "Suggester", "ThoroughSuggester", "VizierSuggester",
@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
     )
     from spica_core.search.progress import SweepProgress
     from spica_core.search.ranking import (
-        RankedCandidate, Scored, Tieable, dominates, near_ties, pareto_front, rank, rank_trials,
+        RankedCandidate, Scored, Tieable, dominates, near_ties, order_key, pareto_front, rank, rank_trials,
     )
     from spica_core.search.rounds import Batch, BranchResult, BranchSearch, round_plan
     from spica_core.search.study import Study, TrialRecord, derive_seed
@@ -59,9 +59,8 @@ __all__ = [
     "ATTEMPT_CAP_FACTOR", "Batch", "BranchResult", "BranchSearch", "CandidateSpace", "Costs", "EvalCache",
     "FLOAT_LEVELS", "OptimizerProcess", "Proposal", "RankedCandidate", "RemoteStudy", "Scored",
     "SearchContext", "Study", "Suggester", "SweepProgress", "SweepSummary", "Tally", "ThoroughSuggester", "Tieable",
-    "Trial",
-    "TrialRecord", "VizierSuggester", "WARM_TOP", "WarmStart", "cache_key", "derive_seed", "dominates",
-    "finite_or_infeasible", "latest_run", "load_warm_start", "near_ties", "optimizer_for", "optimizer_process", "pareto_front",
-    "rank", "rank_trials", "reason_class", "round_plan", "search_branch", "search_branches", "study_metrics",
-    "thorough_proposals", "thorough_size", "traces_ahead",
+    "Trial", "TrialRecord", "VizierSuggester", "WARM_TOP", "WarmStart", "cache_key", "derive_seed", "dominates",
+    "finite_or_infeasible", "latest_run", "load_warm_start", "near_ties", "optimizer_for", "optimizer_process",
+    "order_key", "pareto_front", "rank", "rank_trials", "reason_class", "round_plan", "search_branch",
+    "search_branches", "study_metrics", "thorough_proposals", "thorough_size", "traces_ahead",
 ]

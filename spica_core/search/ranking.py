@@ -18,7 +18,7 @@ from spica_core.config.goal import OptimizationGoal, OptimizationTarget
 from spica_core.config.model import SmartSearchConfig
 from spica_core.evaluate.bands import Band, bands_from_dict, bands_to_dict
 from spica_core.deployment import Candidate
-from spica_core.evaluate.scoring import attainment, meets_requirement, meets_sla, metric_value, signed
+from spica_core.evaluate.scoring import attainment, meets_requirement, meets_sla, metric_value, reaches, signed
 from spica_core.store import canonical_json
 from spica_core.search.trials import Trial
 
@@ -47,12 +47,19 @@ def rank(candidates: Iterable[S], goal: OptimizationGoal | None = None) -> list[
     by_goodput = goal is not None and goal.target is OptimizationTarget.min_gpus
 
     def key(c: S) -> tuple[bool, float, float, float, int]:
-        misses = not meets_requirement(required, c.metrics)
         tie = metric_value(OptimizationTarget.goodput_per_gpu, c.metrics) if by_goodput else 0.0
-        share = -(attainment(c.metrics) or 0.0) if misses else 0.0
-        return misses, share, -float(c.score), -tie, int(c.used_gpus)  # type: ignore[arg-type]
+        return order_key(float(c.score), attainment(c.metrics), required, tie,  # type: ignore[arg-type]
+                         int(c.used_gpus))
 
     return sorted(candidates, key=key)
+
+
+def order_key(score: float, share: float | None, required: float, tie: float = 0.0,
+              gpus: int = 0) -> tuple[bool, float, float, float, int]:
+    """The ranking's sort key (ascending): meeting the requirement first, then, for those that miss, higher
+    attainment; then higher score, higher ``tie`` (goodput per GPU for min_gpus) and fewer ``gpus``."""
+    misses = not reaches(share, required)
+    return misses, -(share or 0.0) if misses else 0.0, -score, -tie, gpus
 
 
 class Tieable(Protocol):
@@ -171,5 +178,5 @@ def rank_trials(trials: Sequence[Trial], config: SmartSearchConfig) -> list[Rank
     return [RankedCandidate.of(i + 1, t, goal) for i, t in enumerate(ordered)]
 
 
-__all__ = ["RankedCandidate", "rank", "rank_trials", "pareto_front", "dominates", "near_ties", "Scored",
+__all__ = ["RankedCandidate", "rank", "order_key", "rank_trials", "pareto_front", "dominates", "near_ties", "Scored",
            "Tieable"]
