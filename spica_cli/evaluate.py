@@ -153,9 +153,9 @@ def evaluate_command(config_path: str, as_json: bool) -> int:
         outcome = evaluate_one(request)
     headroom = None
     if outcome.feasible and config.goal.sla is not None:
-        from spica_core.evaluate.headroom import attainment, find_headroom
+        from spica_core.evaluate.headroom import find_headroom, outcome_attainment
 
-        headroom = find_headroom(request, attainment(outcome))
+        headroom = find_headroom(request, outcome_attainment(outcome))
     print(render_json(outcome, config.goal, headroom) if as_json else render_text(outcome, config.goal, headroom))
     return EXIT_OK if outcome.feasible else EXIT_NO_RESULT
 

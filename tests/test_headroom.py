@@ -11,7 +11,7 @@ from spica_cli.main import main as spica
 from spica_core.config.model import SmartSearchConfig
 from spica_core.evaluate import EvalRequest, evaluate_one
 from spica_core.deployment import Candidate
-from spica_core.evaluate.headroom import attainment, find_headroom
+from spica_core.evaluate.headroom import find_headroom, outcome_attainment
 from spica_core.evaluate.workload import scaled_workload
 from spica_core.space.parallel import ParallelConfig
 
@@ -53,12 +53,12 @@ def test_headroom_is_honest_and_costs_at_most_8_replays() -> None:
     config = _config({"isl": 2000, "osl": 200, "request_rate": 4.0, "num_request_ratio": 60})
     req = _request(config)
     today = evaluate_one(req)
-    h = find_headroom(req, attainment(today))
+    h = find_headroom(req, outcome_attainment(today))
     assert h is not None and not h.capped and not h.below_floor
     assert 1 <= h.evaluations <= 8
     assert h.attainment >= 0.9 and dict(h.points)[h.scale] == h.attainment
-    assert attainment(evaluate_one(req.scaled(0.95 * h.scale))) >= 0.9
-    assert attainment(evaluate_one(req.scaled(1.1 * h.scale))) < 0.9
+    assert outcome_attainment(evaluate_one(req.scaled(0.95 * h.scale))) >= 0.9
+    assert outcome_attainment(evaluate_one(req.scaled(1.1 * h.scale))) < 0.9
 
 
 @pytest.mark.parametrize("field,value", [("headroom_attainment", 0), ("headroom_attainment", 1.5),

@@ -13,7 +13,7 @@ from spica_core.emit.rechecks import recheck, with_headroom
 from spica_core.evaluate import (
     EvalPool, EvalRequest, Outcome, SequentialEvaluator, evaluate_one, find_headroom, headroom_job, run_job, run_jobs,
 )
-from spica_core.evaluate.headroom import attainment
+from spica_core.evaluate.headroom import outcome_attainment
 from spica_core.space.parallel import ParallelConfig
 
 SPACE = {"model_name": "Qwen/Qwen3-32B", "hardware_sku": "h200_sxm", "gpu_budget": 8, "deployment_mode": ["agg"],
@@ -56,7 +56,7 @@ class Recorded:
 
 def test_headroom_searches_run_side_by_side_and_find_what_they_find_alone() -> None:
     requests = [request(1, "tp1"), request(2, "tp2")]
-    todays = [attainment(evaluate_one(r)) for r in requests]
+    todays = [outcome_attainment(evaluate_one(r)) for r in requests]
     alone = [find_headroom(r, t) for r, t in zip(requests, todays)]
     with EvalPool(2, max_eval_seconds=120) as pool:
         recorded = Recorded(pool)

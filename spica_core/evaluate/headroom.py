@@ -22,7 +22,7 @@ from typing import Any
 
 from spica_core.evaluate.evaluator import EvalRequest, Outcome, evaluate_one
 from spica_core.evaluate.jobs import Job, run_job
-from spica_core.evaluate.scoring import attainment as report_attainment
+from spica_core.evaluate.scoring import attainment
 
 TOLERANCE = 1.05   # the bracket's ratio when the search stops
 FLOOR = 1 / 16     # the smallest scale searched for a candidate that misses at today's traffic
@@ -56,9 +56,9 @@ class Headroom:
         return f"{mark}{self.scale:.3g}× today's traffic (attainment {self.attainment:.2f})"
 
 
-def attainment(outcome: Outcome) -> float:
+def outcome_attainment(outcome: Outcome) -> float:
     """Requests that met the SLA ÷ all requests (0 for a candidate that failed at this traffic)."""
-    return (report_attainment(outcome.report) or 0.0) if outcome.feasible else 0.0
+    return (attainment(outcome.report) or 0.0) if outcome.feasible else 0.0
 
 
 def find_headroom(req: EvalRequest, today: float | None = None, *,
@@ -86,7 +86,7 @@ def headroom_job(req: EvalRequest, today: float | None = None) -> Job[Headroom |
                 points[scale] = today
             else:
                 (outcome,) = yield [req.scaled(scale)]
-                points[scale] = attainment(outcome)
+                points[scale] = outcome_attainment(outcome)
         return points[scale] >= target
 
     def result(scale: float, **flags: bool) -> Headroom:
@@ -110,4 +110,4 @@ def headroom_job(req: EvalRequest, today: float | None = None) -> Job[Headroom |
     return result(lo)
 
 
-__all__ = ["Headroom", "find_headroom", "headroom_job", "attainment", "TOLERANCE", "FLOOR"]
+__all__ = ["Headroom", "find_headroom", "headroom_job", "outcome_attainment", "TOLERANCE", "FLOOR"]
