@@ -30,8 +30,8 @@ variable is unset.
 "Warm" means the caches an earlier run fills: the run first does one full sweep (into its own temp
 run folder) with the same ``PREFECT_HOME`` (a fresh temp folder, so the temporary server's database
 already exists), AIC profile cache (``SPICA_CACHE_DIR``, default ``~/.cache/spica/profiles``) and jax
-compile cache. Measured runs are stopped (SIGINT to their process group) once the first replay has
-started, unless ``--full``.
+compile cache. Measured runs are stopped (SIGINT to their process group, as a terminal's Ctrl-C) once the
+first replay has started, unless ``--full``; ``stop_s`` is the time from that signal until the command exited.
 
 Usable from ``bench/bench_search.py``: ``from bench_startup import measure_startup``.
 """
@@ -65,11 +65,10 @@ _TIMED_IMPORTS = ("spica_cli.main", "spica_cli.sweep", "flows.sweep", "prefect",
                   "spica_core.planner", "spica_core.evaluate.pool", "prefect.server.api.server")
 _WRAP: dict[str, list[tuple[str, str]]] = {
     "spica_cli.main": [("cmd_sweep", "cmd_sweep")],
-    "spica_cli.sweep": [("sweep_command", "sweep_command"), ("_warm_up", "warm_up")],
+    "spica_cli.sweep": [("sweep_command", "sweep_command"), ("_warm_up", "warm_up"), ("wait_for_api", "wait_for_api")],
     "spica_core.run.identity": [("locate", "locate")],
-    # (each version of signals.py has some of these: a missing one is skipped)
-    "spica_cli.signals": [("_ephemeral_server", "ephemeral_server"), ("prestart_api", "prestart_api"),
-                          ("_Guard.start_api", "start_api"), ("_Guard.watch_api", "watch_api")],
+    # (a missing one is skipped: older trees ran the flow in the CLI process itself)
+    "spica_cli.supervisor": [("sweep_api", "sweep_api")],
     "flows.sweep": [("validate_config", "validate"), ("make_evaluator", "make_evaluator"),
                     ("enumerate_branches_task", "enumerate_branches"), ("kv_filter_task", "kv_filter"),
                     ("load_predictor_task", "load_predictor"), ("stored_trials", "stored_trials"),
@@ -229,12 +228,15 @@ def _first(marks: list[dict[str, Any]], name: str) -> float | None:
 def breakdown(marks: list[dict[str, Any]], t0: float, main_pid: int) -> dict[str, Any]:
     """Seconds per start-up stage, from the marks of one run (``t0``: the command's start, wall clock).
 
-    Stages are intervals between marks of the CLI process, of the worker that ran the first replay, or (jax and
-    Vizier) of the process the studies live in; a stage
+    Stages are intervals between marks of the CLI process (``main_pid``, the supervisor), of the process that
+    calls the flow (its child; the CLI process itself in older trees), of the worker that ran the first replay,
+    or (jax and Vizier) of the process the studies live in; a stage
     whose marks are missing (not reached, or not in this version of the code) is ``None``. ``at`` gives every
     mark's offset from t0 (CLI process and that worker), so the gaps between stages (Prefect's own work) show.
     """
-    main = [m for m in marks if m["pid"] == main_pid]
+    cli = [m for m in marks if m["pid"] == main_pid]
+    flow_pid = next((m["pid"] for m in marks if m["name"] == "flow_call:start"), main_pid)
+    main = [m for m in marks if m["pid"] == flow_pid]
     worker_pids = {m["pid"] for m in marks if m["name"] == "worker_main:start"}
     replay_pid = next((m["pid"] for m in marks if m["name"] == "replay:start" and m["pid"] != main_pid), None)
     if replay_pid is None:  # parallel_evals: 1 replays in the CLI process
@@ -252,18 +254,16 @@ def breakdown(marks: list[dict[str, Any]], t0: float, main_pid: int) -> dict[str
         return None if a is None or b is None else round(b - a, 3)
 
     stages = {
-        "interpreter_start": at(main, "python_started"),
-        "cli_import": span(main, "python_started", "import spica_cli.main:end"),
+        "interpreter_start": at(cli, "python_started"),
+        "cli_import": span(cli, "python_started", "import spica_cli.main:end"),
+        "cli_reads_prefect_settings": span(cli, "sweep_api:start", "sweep_api:end"),
+        "flow_process_started": None if flow_pid == main_pid else at(main, "python_started"),
         "import_spica_cli_sweep": span(main, "import spica_cli.sweep:start", "import spica_cli.sweep:end"),
         "locate_config_trace_identity": span(main, "locate:start", "locate:end"),
         "import_flows_sweep": span(main, "import flows.sweep:start", "import flows.sweep:end"),
         "import_prefect": span(main, "import prefect:start", "import prefect:end"),
-        "ephemeral_server_start": span(main, "ephemeral_server:start", "ephemeral_server:end"),
-        "import_prefect_server_in_cli": span(main, "import prefect.server.api.server:start",
-                                             "import prefect.server.api.server:end"),
-        "start_api": span(main, "start_api:start", "start_api:end"),
         "warm_up_imports": span(main, "warm_up:start", "warm_up:end"),
-        "watch_api_wait": span(main, "watch_api:start", "watch_api:end"),
+        "wait_for_api_server": span(main, "wait_for_api:start", "wait_for_api:end"),
         "flow_call_to_validate": span(main, "flow_call:start", "validate:start"),
         "validate_stage": span(main, "validate:start", "validate:end"),
         "enumerate_branches_stage": span(main, "enumerate_branches:start", "enumerate_branches:end"),
@@ -288,8 +288,8 @@ def breakdown(marks: list[dict[str, Any]], t0: float, main_pid: int) -> dict[str
         "trace_gp_done": at(optimizer, "trace_gp:end"),
     }
     offsets: dict[str, float] = {}
-    for m in main + worker:
-        key = f"{'main' if m['pid'] == main_pid else 'worker'} {m['name']}"
+    for m in cli + main + worker:
+        key = f"{'cli' if m['pid'] == main_pid else 'flow' if m['pid'] == flow_pid else 'worker'} {m['name']}"
         offsets.setdefault(key, round(m["t"] - t0, 3))
     return {"first_replay_s": milestones["first_replay"], "stages": stages, "milestones": milestones,
             "workers_started": len(worker_pids), "at": dict(sorted(offsets.items(), key=lambda kv: kv[1]))}
@@ -300,7 +300,9 @@ def search_share(marks: list[dict[str, Any]], main_pid: int, run_dir: Path) -> d
     wall from the search task's start to its end (CLI process marks), summed replay seconds and evaluations from
     the run's ``trials.parquet``, and the share of that wall outside replays, 1 − (Σ replay ÷ workers) ÷ wall,
     with ``workers`` the distinct worker processes that replayed."""
-    main = [m for m in marks if m["pid"] == main_pid]
+    cli = [m for m in marks if m["pid"] == main_pid]
+    flow_pid = next((m["pid"] for m in marks if m["name"] == "flow_call:start"), main_pid)
+    main = [m for m in marks if m["pid"] == flow_pid]
     start, end = _first(main, "search_task:start"), _first(main, "search_task:end")
     trials = run_dir / "trials.parquet"
     if start is None or end is None or not trials.exists():
@@ -346,19 +348,22 @@ def run_once(config: str, env: dict[str, str], tmp: Path, label: str, stop_at_re
     proc = subprocess.Popen([str(SPICA), "sweep", config, "--run-dir", str(run_dir)], cwd=tree, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + timeout
-    stopped = False
+    stopped_at: float | None = None
     while proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-        if stop_at_replay and not stopped and _first(_read_marks(marks), "replay:start") is not None:
-            os.killpg(proc.pid, signal.SIGINT)
-            stopped = True
+        time.sleep(0.02)
+        if stop_at_replay and stopped_at is None and _first(_read_marks(marks), "replay:start") is not None:
+            os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends
+            stopped_at = time.monotonic()
+    ended_at = time.monotonic()
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
     _out, err = proc.communicate()
     wall = time.time() - t0
+    stopped = stopped_at is not None
     read = _read_marks(marks)
     result = breakdown(read, t0, proc.pid)
-    result.update(exit_code=proc.returncode, wall_s=round(wall, 3), stopped_at_first_replay=stopped)
+    result.update(exit_code=proc.returncode, wall_s=round(wall, 3), stopped_at_first_replay=stopped,
+                  stop_s=round(ended_at - stopped_at, 3) if stopped_at is not None else None)
     if not stopped:
         result["search"] = search_share(read, proc.pid, run_dir)
     if proc.returncode not in (0, 1) and not stopped:
@@ -397,6 +402,8 @@ def _summary(measured: list[dict[str, Any]]) -> dict[str, Any]:
     names = measured[0]["stages"] if measured else {}
     return {"first_replay_s": _median([r["first_replay_s"] for r in measured]),
             "first_replay_runs_s": [r["first_replay_s"] for r in measured],
+            "stop_s": _median([r["stop_s"] for r in measured]),
+            "stop_runs_s": [r["stop_s"] for r in measured],
             "breakdown": {k: _median([r["stages"][k] for r in measured]) for k in names},
             "milestones": {k: _median([r["milestones"][k] for r in measured]) for k in
                            (measured[0]["milestones"] if measured else {})}}
@@ -464,6 +471,9 @@ def write_docs(doc: dict[str, Any]) -> None:
         lines += [f"- {'' if name == 'current' else name + ': '}command → first replay **{t['first_replay_s']:.1f} s** "
                   f"({runs} s). Stages over 0.5 s (medians; the optimizer process imports beside the flow): "
                   + ", ".join(f"{k} {v:.1f} s" for k, v in big) + "."]
+        if t.get("stop_s") is not None:
+            lines.append(f"- Ctrl-C at the first replay → the command has exited: **{t['stop_s']:.1f} s** "
+                         f"({', '.join(f'{x:.2f}' for x in t['stop_runs_s'])} s).")
         if cli:
             lines.append(f"- `spica --help` {cli.get('spica_help_s', float('nan')):.2f} s; the warm-up sweep (the whole "
                          f"quick start, caches filling) {t.get('warmup_wall_s') or float('nan'):.1f} s.")

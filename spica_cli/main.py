@@ -197,13 +197,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     except OSError as exc:  # a file the user named cannot be read or written
         return _fail(str(exc))
-    except KeyboardInterrupt as exc:  # Ctrl-C; in a sweep, SIGINT or SIGTERM (spica_cli/signals.py)
-        from spica_cli.signals import interrupted
+    except KeyboardInterrupt:  # Ctrl-C (a sweep's supervisor says it for the child: spica_cli/supervisor.py)
+        from spica_cli.supervisor import CHILD_ENV
 
-        message, code = interrupted(exc, EXIT_INTERRUPTED)
-        if message:
-            print(message, file=sys.stderr)
-        return code
+        if CHILD_ENV not in os.environ:
+            print("interrupted; finished stages are kept in the run folder", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

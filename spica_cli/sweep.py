@@ -141,8 +141,8 @@ _FIRST_IMPORTS = ("prefect.flow_engine", "prefect.task_engine", "prefect.utiliti
 
 
 def _warm_up() -> None:
-    """What the sweep imports before its first replay anyway, imported while Prefect's temporary server comes up
-    (a separate process, which the main process would otherwise wait for): :data:`_FIRST_IMPORTS`. Best effort:
+    """What the sweep imports before its first replay anyway, imported while the Prefect API server comes up
+    (a separate process, which the flow would otherwise wait for): :data:`_FIRST_IMPORTS`. Best effort:
     what fails here fails again where it is used, with that stage's message."""
     import importlib
 
@@ -153,44 +153,89 @@ def _warm_up() -> None:
             pass
 
 
+def _child_command(config_path: str, runs_root: str, run_dir: str | None, seed: int | None, from_stage: str | None,
+                   warm_start: str | None, cluster: str | None) -> list[str]:
+    """The same ``spica sweep`` for the child that runs the flow (``supervisor.py``)."""
+    options = {"--runs-root": runs_root, "--run-dir": run_dir, "--seed": seed, "--from-stage": from_stage,
+               "--warm-start": warm_start, "--cluster": cluster}
+    return [sys.executable, "-m", "spica_cli.main", "sweep", config_path,
+            *(part for flag, value in options.items() if value is not None for part in (flag, str(value)))]
+
+
+def wait_for_api(url: str) -> None:
+    """Until the Prefect API at ``url`` answers (its server may still be starting), within Prefect's own start-up
+    timeout for a temporary server, PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS."""
+    import time
+
+    import httpx
+    from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS
+
+    from spica_core.errors import SpicaError
+
+    timeout = float(PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value())
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(f"{url.rstrip('/')}/health", timeout=2.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() >= end:
+            raise SpicaError(f"the Prefect API at {url} did not answer within {timeout:g} s (raise "
+                             "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS on a slow machine, or set "
+                             "PREFECT_API_URL to a running server)")
+        time.sleep(0.1)
+
+
+def _quiet_unraisable() -> None:
+    """A stop's KeyboardInterrupt raised where Python cannot raise (a gc callback, ``__del__``) is not printed as
+    "Exception ignored"; the supervisor ends a child that carries on regardless."""
+    hook = sys.unraisablehook
+
+    def quiet(unraisable: Any) -> None:
+        if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+            hook(unraisable)
+
+    sys.unraisablehook = quiet
+
+
 def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: int | None = None,
                   from_stage: str | None = None, warm_start: str | None = None, cluster: str | None = None) -> int:
-    from spica_cli.api_server import discard_held, prestart_api
-    from spica_cli.signals import stoppable
+    """Check what fails fast (the config, the cluster, a held run folder), then supervise a child that runs the
+    flow (``supervisor.py``); in that child, run it."""
+    import os
 
-    # Prefect's temporary server takes seconds to start: its process starts importing now (api_server.py).
-    prestart_api()
-    try:
-        from spica_core.run import lock
-        from spica_core.run.identity import locate
-        from spica_core.search.optimizer import optimizer_for
+    from spica_cli.supervisor import CHILD_ENV, supervise
+    from spica_core.run import lock
+    from spica_core.run.identity import locate
 
-        # SIGINT / SIGTERM stop the sweep within seconds, workers and Prefect's server included (signals.py).
-        with stoppable() as guard:
-            # Fail fast, before Prefect is imported (its held server only imports meanwhile): a bad config, a cluster
-            # that does not answer, a --run-dir that is a file, or a run folder another sweep holds (this process
-            # keeps the lock; the flow takes it over).
-            located = locate(config_path, runs_root, run_dir, seed, cluster)
-            if located.config.sweep.cluster:
-                from spica_core.evaluate.cluster_connect import check_reachable
+    located = locate(config_path, runs_root, run_dir, seed, cluster)
+    if os.environ.get(CHILD_ENV) is None:
+        if located.config.sweep.cluster:
+            from spica_core.evaluate.cluster_connect import check_reachable
 
-                check_reachable(located.config.sweep.cluster)
-            guard.run_dir = lock.acquire(located.folder)
-            # A rapid sweep's studies live in the optimizer process: started now, it imports jax and Vizier and
-            # traces GP-UCB-PE while Prefect's server starts and the flow runs its first stages; the flow finds it
-            # running (search/optimizer.py).
-            optimizer_for(located.config)
-            guard.start_api()
-            from flows.sweep import sweep
-            from tasks.notices import listening
+            check_reachable(located.config.sweep.cluster)
+        folder = lock.acquire(located.folder)  # (the child takes the lock for the run)
+        lock.release(folder)
+        return supervise(_child_command(config_path, runs_root, run_dir, seed, from_stage, warm_start, cluster),
+                         folder)
 
-            _warm_up()
-            guard.watch_api()
-            with listening(print_set_aside):  # an artifact moved aside and recomputed: one line each
-                summary = sweep(config_path=config_path, runs_root=runs_root,  # type: ignore[arg-type]
-                                run_dir=run_dir, seed=seed, from_stage=from_stage, warm_start=warm_start,
-                                cluster=cluster, show_progress=True)
-            print(render_summary(summary))
-    finally:
-        discard_held()  # a sweep that failed before releasing it
+    from spica_core.search.optimizer import optimizer_for
+
+    _quiet_unraisable()
+    lock.acquire(located.folder)  # this process keeps the lock; the flow takes it over
+    # A rapid sweep's studies live in the optimizer process: started now, it imports jax and Vizier and traces
+    # GP-UCB-PE while the flow runs its first stages; the flow finds it running (search/optimizer.py).
+    optimizer_for(located.config)
+    from flows.sweep import sweep
+    from tasks.notices import listening
+
+    _warm_up()
+    if os.environ.get("PREFECT_API_URL"):
+        wait_for_api(os.environ["PREFECT_API_URL"])
+    with listening(print_set_aside):  # an artifact moved aside and recomputed: one line each
+        summary = sweep(config_path=config_path, runs_root=runs_root,  # type: ignore[arg-type]
+                        run_dir=run_dir, seed=seed, from_stage=from_stage, warm_start=warm_start,
+                        cluster=cluster, show_progress=True)
+    print(render_summary(summary))
     return EXIT_OK if summary.ranking else EXIT_NO_RESULT

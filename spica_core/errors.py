@@ -135,8 +135,3 @@ class WorkerLost(Exception):
 class RemoteTaskError(Exception):
     """An evaluation task raised on a cluster worker (not a loss): its candidate is failed with this reason."""
 
-
-class EvaluationsAbandoned(BaseException):
-    """The process is being torn down: no outcome of the current batch is kept.
-
-    A BaseException so that nothing records the killed workers' batch as failed evaluations."""

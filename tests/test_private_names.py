@@ -12,8 +12,11 @@ import pytest
 import spica_cli
 import spica_core
 
-ADAPTERS = {"vizier": "spica_core/search/vizier_private.py", "ray": "spica_core/evaluate/ray_private.py",
-            "prefect": "spica_cli/prefect_private.py"}
+ADAPTERS = {"vizier": "spica_core/search/vizier_private.py", "ray": "spica_core/evaluate/ray_private.py"}
+# What a sweep once copied from Prefect's temporary server and Python's shutdown to run its own server: its
+# command, environment, settings context and exit hook. The supervisor (spica_cli/supervisor.py) needs none.
+COPIED_INTERNALS = ("PREFECT__", "SubprocessASGIServer", "uvicorn", "GLOBAL_SETTINGS_CONTEXT", "_register_atexit",
+                    "range(8000")
 ROOT = Path(spica_core.__file__).parents[1]
 
 
@@ -149,9 +152,7 @@ def _private_imports(path: Path, library: str) -> list[str]:
 
 @pytest.mark.parametrize("library", sorted(ADAPTERS))
 def test_only_the_adapter_imports_a_librarys_private_modules(library: str) -> None:
-    files = [*Path(spica_core.__file__).parent.rglob("*.py"), *Path(spica_cli.__file__).parent.rglob("*.py"),
-             *(ROOT / "tasks").rglob("*.py"), *(ROOT / "flows").rglob("*.py")]
-    users = sorted(str(p.relative_to(ROOT)) for p in files if _private_imports(p, library))
+    users = sorted(str(p.relative_to(ROOT)) for p in _project_files() if _private_imports(p, library))
     assert users in ([], [ADAPTERS[library]])
 
 
@@ -181,44 +182,17 @@ def test_a_renamed_ray_flag_is_reported_with_the_pinned_version(monkeypatch: pyt
                                      "Ray (Spica is tested with ray 2.60.0)"]
 
 
-def test_the_running_python_has_the_shutdown_hook_spica_uses(monkeypatch: pytest.MonkeyPatch) -> None:
-    import threading
-
-    from spica_cli import python_private
-
-    assert python_private.missing() == []
-    monkeypatch.delattr(threading, "_register_atexit")
-    assert python_private.missing() == ["threading._register_atexit is gone from the running Python (Spica is "
-                                        "tested with CPython 3.11)"]
-    assert python_private.before_thread_join(lambda: None) is False
+def _project_files() -> list[Path]:
+    return [*Path(spica_core.__file__).parent.rglob("*.py"), *Path(spica_cli.__file__).parent.rglob("*.py"),
+            *(ROOT / "tasks").rglob("*.py"), *(ROOT / "flows").rglob("*.py")]
 
 
-def test_the_installed_prefect_has_the_name_spica_reads(monkeypatch: pytest.MonkeyPatch) -> None:
-    from prefect.server.api.server import SubprocessASGIServer
-
-    from spica_cli import prefect_private
-
-    assert prefect_private.missing() == []
-    server = prefect_private.running_temporary_server()  # another test in this process may have started one
-    assert server is None or server.running
-    monkeypatch.delattr(SubprocessASGIServer, "_instances")
-    assert prefect_private.missing() == ["SubprocessASGIServer._instances is gone from the installed Prefect "
-                                         "(Spica is tested with prefect 3.9.1)"]
-
-
-def test_what_the_sweep_copies_from_prefect_s_server_is_checked_against_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The port range, environment and application of Prefect's temporary server are copied (api_server.py starts
-    it itself): a Prefect that starts its server differently is reported, not followed silently."""
-    import inspect
-
-    from spica_cli import api_server, prefect_private
-
-    source = inspect.getsource(api_server)
-    assert "range(8000" not in source and "PREFECT__SERVER" not in source   # the copy lives in the adapter only
-    real = inspect.getsource
-    monkeypatch.setattr(inspect, "getsource", lambda obj: real(obj).replace("range(8000, 9000)", "range(9000, 9100)"))
-    assert prefect_private.missing() == ["SubprocessASGIServer no longer uses 'range(8000, 9000)', which "
-                                         "spica_cli/api_server.py copies (Spica is tested with prefect 3.9.1)"]
+def test_no_prefect_or_python_internals_are_used_or_copied() -> None:
+    """Prefect's private modules are imported nowhere, and nothing restates what its server does internally."""
+    assert [str(p) for p in _project_files() if _private_imports(p, "prefect")] == []
+    copied = {str(p.relative_to(ROOT)): [name for name in COPIED_INTERNALS if name in p.read_text()]
+              for p in _project_files()}
+    assert {path: names for path, names in copied.items() if names} == {}
 
 
 @pytest.mark.slow

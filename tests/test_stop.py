@@ -1,5 +1,5 @@
 """Stopping a sweep: SIGTERM / SIGINT end it within seconds with one line and no orphan, a lost Prefect API ends
-it with one ``error:`` line, and the same command resumes to the same trials (spica_cli/signals.py)."""
+it with one ``error:`` line, and the same command resumes to the same trials (spica_cli/supervisor.py)."""
 from __future__ import annotations
 
 import os
@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from conftest import EXAMPLES, REPO
-from spica_cli.signals import Interrupted, interrupted
+from spica_cli import supervisor
 
 QUICKSTART = EXAMPLES / "quickstart.yaml"
 # The quick start with replays 10 times longer and more rounds: its search alone now takes seconds, and a
@@ -31,33 +31,129 @@ REACH_TRIALS_S = 300.0   # start → first ask written, on a slow CI machine (se
 FINISH_S = 600.0
 
 
-# ------------------------------------------------------------------ fast
+# ------------------------------------------------------------------ fast: the supervisor with small children
 
 
-def test_interrupted_carries_the_exit_code_and_the_run_folder(tmp_path: Path) -> None:
-    term, sigint = Interrupted(signal.SIGTERM, tmp_path), Interrupted(signal.SIGINT)
-    assert (term.exit_code, sigint.exit_code) == (143, 130)
-    assert isinstance(term, KeyboardInterrupt)  # so no `except Exception` on the way swallows it
-    assert term.message == (f"interrupted (SIGTERM); finished evaluations are kept in {tmp_path}: "
-                            "run the same command to resume")
-    assert interrupted(term) == (term.message, 143)
-    assert interrupted(KeyboardInterrupt(), 130)[1] == 130
+def _python(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
 
 
-def test_a_sweep_in_process_leaves_the_signal_handlers_as_it_found_them() -> None:
-    from spica_cli.signals import stoppable
+def _gone(pid: int, within_s: float = 10.0) -> bool:
+    end = time.monotonic() + within_s
+    while time.monotonic() < end:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
 
-    threads = set(threading.enumerate())  # (the optimizer process's reader lives as long as the process it reads)
-    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    wakeup = signal.set_wakeup_fd(-1)
-    signal.set_wakeup_fd(wakeup)
-    with pytest.raises(ValueError, match="boom"):
-        with stoppable():
-            assert signal.getsignal(signal.SIGTERM) is not before[signal.SIGTERM]
-            raise ValueError("boom")
+
+def test_a_child_started_with_parent_death_ends_with_its_parent(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    parent = ("import subprocess, sys, time\n"
+              "from spica_cli.supervisor import with_parent_death\n"
+              f"p = subprocess.Popen(with_parent_death([sys.executable, '-c', 'import time; time.sleep(60)'], 15))\n"
+              f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+              "time.sleep(0.5)\n")  # the child has exec'd its command by now; then this parent exits
+    subprocess.run(_python(parent), cwd=REPO, check=True, timeout=60)
+    grandchild = int(pid_file.read_text())
+    assert _gone(grandchild), "the child outlived its parent"
+
+
+@pytest.fixture
+def remote(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The sweep's API named by the user (so no server is started) at a local port nothing listens on."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/api"
+    monkeypatch.setattr(supervisor, "sweep_api", lambda: (url, False))
+    return url
+
+
+# A child that writes its pid, then a file when SIGINT comes (exiting 0), or ignores SIGINT (IGNORE) and also
+# starts a grandchild in its process group.
+_CHILD = """
+import os, signal, subprocess, sys, time
+out = sys.argv[1]
+if "IGNORE" in sys.argv:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    g = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    open(out + ".grandchild", "w").write(str(g.pid))
+else:
+    signal.signal(signal.SIGINT, lambda *a: (open(out + ".sigint", "w").write("1"), sys.exit(0)))
+open(out + ".pid", "w").write(str(os.getpid()))
+time.sleep(60)
+"""
+
+
+def _stop_when_started(out: Path, signum: int) -> None:
+    def send() -> None:
+        end = time.monotonic() + 30
+        while not Path(f"{out}.pid").exists() and time.monotonic() < end:
+            time.sleep(0.02)
+        time.sleep(0.2)
+        os.kill(os.getpid(), signum)
+    threading.Thread(target=send, daemon=True).start()
+
+
+def test_a_stop_is_forwarded_once_as_sigint_and_exits_128_plus_the_signal(
+        tmp_path: Path, remote: str, capsys: pytest.CaptureFixture[str]) -> None:
+    before = {s: signal.getsignal(s) for s in supervisor.STOP_SIGNALS}
+    out = tmp_path / "child"
+    _stop_when_started(out, signal.SIGTERM)
+    code = supervisor.supervise(_python(_CHILD) + [str(out)], tmp_path)
+    assert code == 143
+    assert Path(f"{out}.sigint").read_text() == "1"  # the child got SIGINT, not SIGTERM, and stopped itself
+    assert capsys.readouterr().err.strip() == (f"interrupted (SIGTERM); finished evaluations are kept in {tmp_path}: "
+                                               "run the same command to resume")
     assert {s: signal.getsignal(s) for s in before} == before
-    assert signal.set_wakeup_fd(wakeup) == wakeup
-    assert not [t for t in set(threading.enumerate()) - threads if t.name.startswith("spica-")]
+
+
+def test_a_child_that_ignores_the_stop_is_killed_with_its_tree_after_the_grace(
+        tmp_path: Path, remote: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(supervisor, "GRACE_S", 0.5)
+    out = tmp_path / "child"
+    _stop_when_started(out, signal.SIGINT)
+    start = time.monotonic()
+    code = supervisor.supervise(_python(_CHILD) + [str(out), "IGNORE"], tmp_path)
+    assert code == 130 and time.monotonic() - start < 20
+    assert "interrupted (SIGINT)" in capsys.readouterr().err
+    for name in ("pid", "grandchild"):
+        assert _gone(int(Path(f"{out}.{name}").read_text())), name
+
+
+def test_a_silent_api_ends_the_sweep_with_one_error_line(
+        tmp_path: Path, remote: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(supervisor, "REMOTE_LOSS_S", 0.5)
+    monkeypatch.setattr(supervisor, "REMOTE_EVERY_S", 0.1)
+    out = tmp_path / "child"
+    code = supervisor.supervise(_python(_CHILD) + [str(out)], tmp_path)
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (f"error: lost the Prefect API: {remote} has not answered for 0.5 s; "
+                                               f"finished evaluations are kept in {tmp_path}: run the same command "
+                                               "to resume")
+    assert _gone(int(Path(f"{out}.pid").read_text()))
+
+
+def test_the_child_exit_code_is_the_sweeps(tmp_path: Path, remote: str) -> None:
+    assert supervisor.supervise(_python("import sys; sys.exit(1)"), tmp_path) == 1
+    assert supervisor.supervise(_python("import os, signal; os.kill(os.getpid(), signal.SIGKILL)"), tmp_path) == 137
+
+
+def test_where_the_api_is_comes_from_prefects_settings() -> None:
+    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: "http://127.0.0.1:4200/api"}):
+        assert supervisor.sweep_api() == ("http://127.0.0.1:4200/api", False)
+    with temporary_settings(updates={PREFECT_SERVER_EPHEMERAL_ENABLED: False}, set_defaults={PREFECT_API_URL: None}):
+        assert supervisor.sweep_api() == (None, False)
+    with temporary_settings(set_defaults={PREFECT_API_URL: None}):
+        url, start = supervisor.sweep_api()
+    assert start and url is not None and url.startswith("http://127.0.0.1:") and url.endswith("/api")
 
 
 # ------------------------------------------------------------------ real sweeps
@@ -116,7 +212,7 @@ class Sweep:
 
     def _server_pid(self) -> int | None:
         for pid, cmdline in list(self.cmdlines.items()):
-            if "uvicorn" in cmdline and "prefect" in cmdline:
+            if "prefect server start" in cmdline:
                 return pid
         return None
 
@@ -257,7 +353,7 @@ def test_sigterm_mid_round_stops_at_once_and_the_same_command_resumes_to_the_sam
 def test_ctrl_c_to_the_process_group_stops_everything_quietly(started: Any) -> None:
     s = started("run")
     s.wait_for_trials()
-    os.killpg(s.proc.pid, signal.SIGINT)  # what a terminal sends on Ctrl-C: workers get it too
+    os.killpg(s.proc.pid, signal.SIGINT)  # what a terminal sends on Ctrl-C to its foreground process group
     code, took = s.wait(STOP_WITHIN_S + 20)
     assert code == 130 and took < STOP_WITHIN_S, (code, took, s.output())
     assert_no_traceback(s)
@@ -280,43 +376,3 @@ def test_losing_the_prefect_api_mid_sweep_fails_fast_with_one_line(started: Any)
     assert f"kept in {s.run_dir}: run the same command to resume" in line
     assert not s.alive_children(), s.alive_children()
     assert pq.read_table(s.run_dir / "trials.parquet").num_rows > 0  # resumable
-
-
-@pytest.mark.parametrize("raised", ["ours", "prefect"])
-def test_a_stop_python_could_not_raise_is_sent_again_not_printed(raised: str,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """A stop's exception raised inside a gc callback (jax registers one) is handed to sys.unraisablehook:
-    while a sweep runs it is not printed, and the signal comes again to be raised in the main thread's code.
-    Any other unraisable exception goes to the hook before (Python's prints it)."""
-    import gc
-
-    from prefect.exceptions import TerminationSignal
-
-    from spica_cli import signals
-
-    def raising(exc: BaseException):  # type: ignore[no-untyped-def]
-        def callback(phase: str, info: dict[str, Any]) -> None:
-            if phase == "start":
-                gc.callbacks.remove(callback)
-                raise exc
-        return callback
-
-    seen: list[BaseException] = []
-    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: seen.append(unraisable.exc_value))
-    stop = Interrupted(signal.SIGTERM) if raised == "ours" else TerminationSignal(signal.SIGTERM)
-    guard = signals._Guard()
-    guard.install()
-    try:
-        with pytest.raises(Interrupted) as caught:
-            gc.callbacks.append(raising(stop))
-            gc.collect()
-            deadline = time.monotonic() + 30  # the signal sent again is raised here, between two sleeps
-            while time.monotonic() < deadline:
-                time.sleep(0.02)
-        assert caught.value.signum == signal.SIGTERM
-        gc.callbacks.append(raising(ValueError("not a stop")))
-        gc.collect()
-    finally:
-        guard.uninstall()
-    assert [str(e) for e in seen] == ["not a stop"]
-    assert sys.unraisablehook != guard._on_unraisable

@@ -14,14 +14,14 @@ from spica_core.config.lazy import lazy_names
 _FROM: dict[str, str] = {
     **dict.fromkeys(("Band", "bands_from_dict", "bands_to_dict", "load_bands"), "bands"),
     **dict.fromkeys(("ClusterEvaluator",), "cluster"),
-    **dict.fromkeys(("sigint_blocked", "start_child"), "children"),
+    **dict.fromkeys(("process_tree", "sigint_blocked", "start_child", "stop_processes"), "children"),
     **dict.fromkeys(("EvalRequest", "evaluate_one", "Outcome", "Status"), "evaluator"),
     **dict.fromkeys(("make_evaluator",), "evaluators"),
     **dict.fromkeys(("find_headroom", "headroom_job", "Headroom"), "headroom"),
     **dict.fromkeys(("Job", "run_job", "run_jobs"), "jobs"),
     **dict.fromkeys(("Metric", "METRICS", "OBJECTIVES", "derived_metrics", "metric_or_fallback", "objective_metric"),
                     "metrics"),
-    **dict.fromkeys(("abandon_all", "EvalPool", "SequentialEvaluator"), "pool"),
+    **dict.fromkeys(("EvalPool", "SequentialEvaluator"), "pool"),
     **dict.fromkeys(("ReplaySpread", "replay_is_exact", "replay_spread", "spread_job"), "repeats"),
     **dict.fromkeys(("load_serving",), "serving"),
     **dict.fromkeys((
@@ -39,7 +39,7 @@ __getattr__, __dir__ = lazy_names(__name__, _FROM)
 
 if TYPE_CHECKING:  # what type checkers and editors see
     from spica_core.evaluate.bands import Band, bands_from_dict, bands_to_dict, load_bands
-    from spica_core.evaluate.children import sigint_blocked, start_child
+    from spica_core.evaluate.children import process_tree, sigint_blocked, start_child, stop_processes
     from spica_core.evaluate.cluster import ClusterEvaluator
     from spica_core.evaluate.evaluator import EvalRequest, evaluate_one, Outcome, Status
     from spica_core.evaluate.evaluators import make_evaluator
@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from spica_core.evaluate.metrics import (
         Metric, METRICS, OBJECTIVES, derived_metrics, metric_or_fallback, objective_metric,
     )
-    from spica_core.evaluate.pool import abandon_all, EvalPool, SequentialEvaluator
+    from spica_core.evaluate.pool import EvalPool, SequentialEvaluator
     from spica_core.evaluate.repeats import ReplaySpread, replay_is_exact, replay_spread, spread_job
     from spica_core.evaluate.serving import load_serving
     from spica_core.evaluate.scoring import (
@@ -58,8 +58,8 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from spica_core.evaluate.workers import Evaluator, POLL_S
 
 __all__ = [
-    "abandon_all", "attainment", "avg_gpu", "Band", "bands_from_dict", "bands_to_dict", "candidate_metrics",
-    "ClusterEvaluator", "sigint_blocked", "start_child", "EvalPool", "EvalRequest", "evaluate_one", "Evaluator",
+    "attainment", "avg_gpu", "Band", "bands_from_dict", "bands_to_dict", "candidate_metrics",
+    "ClusterEvaluator", "process_tree", "sigint_blocked", "start_child", "stop_processes", "EvalPool", "EvalRequest", "evaluate_one", "Evaluator",
     "find_headroom", "headline", "headroom_job", "Headroom", "is_feasible", "Job", "load_bands", "load_serving",
     "make_evaluator", "Metric", "METRICS", "OBJECTIVES", "derived_metrics", "metric_or_fallback", "objective_metric",
     "meets_requirement", "meets_sla", "metric_value", "minimised", "objective_vector", "Outcome", "POLL_S",

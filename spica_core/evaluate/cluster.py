@@ -41,7 +41,7 @@ from spica_core.evaluate.dask_cluster import _DaskBackend
 from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status
 from spica_core.evaluate.jobs import evaluate_all
 from spica_core.evaluate.ray_cluster import _RayBackend
-from spica_core.evaluate.workers import POLL_S, WorkerGroup, check_abandoned, late
+from spica_core.evaluate.workers import POLL_S, WorkerGroup, late
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,6 @@ class ClusterEvaluator(WorkerGroup):
         return done
 
     def _turn(self, backend: _DaskBackend | _RayBackend, fifo: dict[Any, list[_Task]], timeout: float) -> None:
-        check_abandoned()
         for slot, reason in backend.dead():  # (reason None: retired, its evaluations are not to blame)
             self._drop(slot, reason)
         self._dispatch()
@@ -169,7 +168,6 @@ class ClusterEvaluator(WorkerGroup):
             first = min(started) + float(self.max_eval_seconds)
             timeout = min(timeout, max(0.0, first - time.perf_counter()))
         done = backend.wait([t.handle for t in tasks], min(timeout, POLL_S))
-        check_abandoned()
         backend.fetch(done)
         for slot in list(fifo):
             for task in [t for t in fifo.get(slot, []) if t.handle in done]:

@@ -4,7 +4,7 @@ The replay is not fork-safe and runs native code that can crash or run long, so 
 spawned worker processes (:class:`EvalPool`) with a hard per-candidate deadline; a stuck or crashed
 worker is terminated and replaced, and the caller carries on.
 
-Stopping (see ``spica_cli/signals.py``): the parent decides. Workers ignore SIGINT from birth (a
+Stopping (see ``children.py``): the parent decides. Workers ignore SIGINT from birth (a
 Ctrl-C reaches the whole process group, and a traceback per worker helps nobody); the pool's wait
 wakes up at least every :data:`POLL_S` so the parent's signal handlers run promptly even when the
 signal was delivered to another thread; and shutdown is bounded: SIGTERM, then SIGKILL after a short
@@ -17,16 +17,15 @@ import multiprocessing as mp
 import os
 import signal
 import time
-import weakref
 from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from spica_core.errors import SpicaError, WorkerStoppedError
-from spica_core.evaluate.children import start_child
+from spica_core.evaluate.children import start_child, stop_processes
 from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status, evaluate_in_worker, evaluate_one
 from spica_core.evaluate.workers import (
-    ABANDONED, POLL_S, WorkerGroup, check_abandoned, late, warm_engines,
+    POLL_S, WorkerGroup, late, warm_engines,
 )
 from spica_core.evaluate.jobs import evaluate_all
 
@@ -115,18 +114,9 @@ class _Worker:
         _stop_workers([self], polite=False)
 
 
-def _signal(proc: Any, sig: int) -> None:
-    if proc.pid is None or proc.exitcode is not None:
-        return
-    try:
-        os.kill(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def _stop_workers(workers: Sequence[_Worker], polite: bool) -> None:
     """Stop workers in bounded time: (if polite) ask them to exit and wait up to CLOSE_GRACE_S, then SIGTERM
-    all of them at once and wait up to TERM_GRACE_S, then SIGKILL what is left; always reaps them."""
+    all of them at once, SIGKILL after TERM_GRACE_S what is left (``children.stop_processes``), and reap them."""
     started = [w for w in workers if w.proc.pid is not None]
     if polite:
         for w in started:
@@ -134,40 +124,15 @@ def _stop_workers(workers: Sequence[_Worker], polite: bool) -> None:
                 w.conn.send(None)
             except (OSError, ValueError):
                 pass
-        _join_all(started, CLOSE_GRACE_S)
-    for w in started:
-        _signal(w.proc, signal.SIGTERM)
-    _join_all(started, TERM_GRACE_S)
-    for w in started:
-        _signal(w.proc, signal.SIGKILL)
-    _join_all(started, TERM_GRACE_S)
+        end = time.monotonic() + CLOSE_GRACE_S
+        for w in started:
+            w.proc.join(max(0.0, end - time.monotonic()))
+    stop_processes([w.proc.pid for w in started if w.proc.exitcode is None], TERM_GRACE_S)
     for w in workers:
         try:
             w.conn.close()
         except OSError:
             pass
-
-
-def _join_all(workers: Sequence[_Worker], timeout: float) -> None:
-    end = time.monotonic() + timeout
-    for w in workers:
-        w.proc.join(max(0.0, end - time.monotonic()))
-
-
-_LIVE: weakref.WeakSet[EvalPool] = weakref.WeakSet()
-def abandon_all() -> None:
-    """For a process that is about to ``os._exit``, from any thread: stop keeping outcomes, then SIGKILL every
-    worker of every pool (no waiting; the kernel reaps them with the parent). The order matters: a pool
-    that then sees a dead worker raises :class:`EvaluationsAbandoned` instead of recording a crash."""
-    ABANDONED.set()
-    for pool in list(_LIVE):
-        for w in list(pool._pool):
-            pid = w.proc.pid
-            if pid is not None:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
 
 
 class EvalPool(WorkerGroup):
@@ -193,7 +158,6 @@ class EvalPool(WorkerGroup):
         self._finished: list[tuple[int, Outcome]] = []
         self._tickets = 0
         self.restarts = 0
-        _LIVE.add(self)
 
     def _spawn(self) -> _Worker:
         """A new worker, in the pool before it starts (so a signal right after the fork cannot orphan it)."""
@@ -253,13 +217,11 @@ class EvalPool(WorkerGroup):
             raise RuntimeError("submit() needs an idle worker: check capacity() first")
         ticket = self._tickets = self._tickets + 1
         if not self._pool[slot].wait_ready(self.START_TIMEOUT_S):  # a replaced worker warms up first
-            check_abandoned()
             raise SpicaError("an evaluation worker process failed to start")
         try:
             self._pool[slot].conn.send((time.perf_counter(), request))
             self._running[slot] = (ticket, request, time.perf_counter())
         except (OSError, BrokenPipeError) as exc:
-            check_abandoned()
             self._finished.append((ticket, Outcome(Status.failed, request.candidate, f"worker unavailable: {exc}",
                                                    eval_id=request.eval_id)))
             self._replace(slot)
@@ -268,14 +230,12 @@ class EvalPool(WorkerGroup):
     def poll(self, timeout: float) -> list[tuple[int, Outcome]]:
         """Wait up to ``timeout`` (and at most until the first deadline) for results; a candidate past its
         deadline is infeasible and its worker is replaced."""
-        check_abandoned()
         if self._running and not self._finished:
             wait_s = min(timeout, POLL_S)
             if self.max_eval_seconds is not None:
                 first_deadline = min(start for _, _, start in self._running.values()) + float(self.max_eval_seconds)
                 wait_s = min(wait_s, max(0.0, first_deadline - time.perf_counter()))
             ready = wait([self._pool[slot].conn for slot in self._running], timeout=wait_s)
-            check_abandoned()
             by_conn = {self._pool[slot].conn: slot for slot in self._running}
             for conn in ready:
                 slot = by_conn[conn]  # type: ignore[index]
@@ -307,7 +267,6 @@ class EvalPool(WorkerGroup):
             return outcome
         except (EOFError, OSError):
             worker.proc.join(1.0)
-            check_abandoned()
             code = worker.proc.exitcode
             if code is not None and code < 0 and -code in _STOP_SIGNALS:
                 raise WorkerStoppedError(f"evaluation worker {worker.proc.pid} was stopped by "
@@ -359,4 +318,4 @@ class SequentialEvaluator:
         return evaluate_all(self, requests)
 
 
-__all__ = ["EvalPool", "SequentialEvaluator", "abandon_all"]
+__all__ = ["EvalPool", "SequentialEvaluator"]

@@ -7,18 +7,12 @@ The local pool (``pool``) and the Dask/Ray evaluator (``cluster``) both build on
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Sequence
 from typing import Any, Protocol, Self
 
-from spica_core.errors import EvaluationsAbandoned
 from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status
 
 POLL_S = 0.5          # longest the parent blocks without running Python (so signal handlers can run)
-
-# Set (from any thread) by a process about to ``os._exit``: no evaluator keeps outcomes after it.
-ABANDONED = threading.Event()
-
 
 class Evaluator(Protocol):
     """Anything that runs evaluations, as a stream or a batch; a context manager that releases its
@@ -47,12 +41,6 @@ class Evaluator(Protocol):
     def in_flight(self) -> int: ...
 
     def evaluate_batch(self, requests: Sequence[EvalRequest]) -> list[Outcome]: ...
-
-
-def check_abandoned() -> None:
-    """Raise :class:`EvaluationsAbandoned` once the process has given up its evaluations (see ``pool.abandon_all``)."""
-    if ABANDONED.is_set():
-        raise EvaluationsAbandoned()
 
 
 def warm_engines() -> int:
@@ -99,4 +87,4 @@ def late(request: EvalRequest, elapsed: float, max_eval_seconds: float | None) -
                    timings={"wall_s": elapsed}, eval_id=request.eval_id)
 
 
-__all__ = ["ABANDONED", "POLL_S", "Evaluator", "WorkerGroup", "check_abandoned", "late", "warm_engines"]
+__all__ = ["POLL_S", "Evaluator", "WorkerGroup", "late", "warm_engines"]

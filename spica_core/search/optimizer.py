@@ -14,7 +14,7 @@ each ask on a thread of its own, so a branch's space-filling ask never waits beh
 take turns on the process's :data:`~spica_core.search.jax_setup.MODEL_ASK`, as they did in the sweep's process.
 
 Stopping: the process ignores SIGINT (the sweep decides, as for its replay workers), ends when its pipe closes
-and is a daemon; a sweep's hard stop kills its children (``spica_cli/signals.py``).
+and is a daemon; a sweep's hard stop kills its process tree (``spica_cli/supervisor.py``).
 """
 from __future__ import annotations
 

@@ -1,0 +1,168 @@
+"""``spica sweep`` as two processes: this one supervises, a child runs the flow.
+
+Why two: a stop must be prompt and quiet and leave no process behind, while Prefect's API must outlive the flow's
+report of its own end. In one process that took Prefect's internals (its temporary server is a child in the
+sweep's process group, so a Ctrl-C killed it first and every later API call hung in retries). Split, it takes only
+public parts:
+
+* The child (the same ``spica sweep`` command, with :data:`CHILD_ENV` set) runs the flow in its own session, so a
+  Ctrl-C at the terminal or a SIGTERM to the group reaches only this process. This process passes one SIGINT on
+  to the child, which unwinds as from any Ctrl-C: the flow records its end, the workers stop, and every finished
+  evaluation is already on disk. A child still alive :data:`GRACE_S` later is killed with its process tree.
+* Without a ``PREFECT_API_URL`` (environment or Prefect profile), this process starts the API server with
+  Prefect's documented command, ``prefect server start --no-services --no-ui``, in its own session, on a free
+  local port, and stops it after the child. Runs land in ``PREFECT_HOME``'s database, as with Prefect's
+  temporary server. The server starts while the child imports; the child waits for its ``/health``.
+* The API is watched: the server's process, or ``PREFECT_API_URL``'s ``/health``. A lost API ends the sweep.
+* Both children get a parent-death signal (Linux ``prctl``, kept across ``exec``): a killed supervisor orphans
+  nothing.
+
+Exit codes: the child's; 128 + the signal after a stop, with one line on stderr; 2 with one ``error:`` line when
+the API is lost.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+from spica_core.evaluate.children import process_tree, stop_processes
+
+CHILD_ENV = "SPICA_SWEEP_CHILD"   # set in the child's environment: that process runs the flow
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+GRACE_S = 6.0            # the stop forwarded to the child → its process tree is killed
+SERVER_GRACE_S = 2.0     # the API server's SIGTERM → SIGKILL
+REMOTE_LOSS_S = 20.0     # PREFECT_API_URL's server silent this long: the API is lost
+REMOTE_EVERY_S = 2.0
+TICK_S = 0.1
+
+# Run argv[1:] so that it gets a signal when its parent dies (prctl PR_SET_PDEATHSIG = 1, kept across exec).
+_PARENT_DEATH = ("import ctypes, os, sys\n"
+                 "try:\n    ctypes.CDLL(None, use_errno=True).prctl(1, int(sys.argv[1]))\n"
+                 "except (AttributeError, OSError):\n    pass\n"
+                 "os.execv(sys.argv[2], sys.argv[2:])\n")
+
+
+def with_parent_death(command: list[str], signum: int) -> list[str]:
+    """``command`` (starting with an executable's path) so that it receives ``signum`` when this process dies."""
+    return [sys.executable, "-c", _PARENT_DEATH, str(int(signum)), *command]
+
+
+def sweep_api() -> tuple[str | None, bool]:
+    """Where the sweep's Prefect API is, from Prefect's settings, and whether this process must start a server
+    there. (None, False) when the settings forbid a temporary server: Prefect's own error then names what is missing."""
+    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
+
+    url = PREFECT_API_URL.value()
+    if url:
+        return url, False
+    if not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
+        return None, False
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/api", True
+
+
+def start_server(url: str) -> subprocess.Popen[bytes]:
+    """``prefect server start`` at ``url`` (API only, no background services), in its own session."""
+    port = url.rsplit(":", 1)[1].split("/")[0]
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    command = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", port,
+               "--no-services", "--no-ui", "--log-level", "ERROR"]
+    return subprocess.Popen(with_parent_death(command, signal.SIGTERM), env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, start_new_session=True)
+
+
+def _name(signum: int) -> str:
+    return signal.Signals(signum).name
+
+
+def kept(run_dir: Path) -> str:
+    return f"finished evaluations are kept in {run_dir}: run the same command to resume"
+
+
+class _Watch:
+    """The sweep's API: fails when the server's process exits, or when PREFECT_API_URL stays silent too long."""
+
+    def __init__(self, url: str | None, server: subprocess.Popen[bytes] | None):
+        self.url, self.server = url, server
+        self._checked = self._answered = time.monotonic()
+
+    def lost(self) -> str | None:
+        if self.server is not None:
+            code = self.server.poll()
+            return None if code is None else (f"its temporary server (pid {self.server.pid}) exited with code "
+                                              f"{code} during the sweep")
+        now = time.monotonic()
+        if self.url is None or now - self._checked < REMOTE_EVERY_S:
+            return None
+        import httpx
+
+        self._checked = now
+        try:
+            httpx.get(f"{self.url.rstrip('/')}/health", timeout=1.0)  # any HTTP answer means reachable
+            self._answered = now
+        except httpx.TransportError:
+            if now - self._answered >= REMOTE_LOSS_S:
+                return f"{self.url} has not answered for {REMOTE_LOSS_S:g} s"
+        return None
+
+
+def supervise(command: list[str], run_dir: Path) -> int:
+    """Run ``command`` (the child, argv with its executable) under the rules of the module docstring."""
+    stops: list[int] = []
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        def on_stop(signum: int, frame: FrameType | None) -> None:
+            stops.append(signum)
+        previous = {sig: signal.signal(sig, on_stop) for sig in STOP_SIGNALS}
+    child: subprocess.Popen[bytes] | None = None
+    server: subprocess.Popen[bytes] | None = None
+    try:
+        url, start = sweep_api()
+        server = start_server(url) if start and url and not stops else None
+        env = {**os.environ, CHILD_ENV: "1", **({"PREFECT_API_URL": url} if url else {})}
+        if not stops:
+            child = subprocess.Popen(with_parent_death(command, signal.SIGINT), env=env, start_new_session=True)
+        return _wait(child, _Watch(url, server), stops, run_dir)
+    finally:
+        if child is not None:
+            stop_processes(process_tree(child.pid), grace=0.0)  # nothing is left of a child that exited
+            child.wait()
+        if server is not None:
+            stop_processes([server.pid], SERVER_GRACE_S)
+            server.wait()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _wait(child: subprocess.Popen[bytes] | None, watch: _Watch, stops: list[int], run_dir: Path) -> int:
+    """Until the child exits: forward the first stop, kill the child's tree GRACE_S later, end on a lost API."""
+    kill_at: float | None = None
+    while child is not None and child.poll() is None:
+        if stops and kill_at is None:
+            os.kill(child.pid, signal.SIGINT)
+            kill_at = time.monotonic() + GRACE_S
+        if kill_at is not None and time.monotonic() >= kill_at:
+            break
+        if kill_at is None and (why := watch.lost()) is not None:
+            print(f"error: lost the Prefect API: {why}; {kept(run_dir)}", file=sys.stderr)
+            return 2
+        time.sleep(TICK_S)
+    if stops:
+        newline = "\n" if sys.stderr.isatty() else ""
+        print(f"{newline}interrupted ({_name(stops[0])}); {kept(run_dir)}", file=sys.stderr)
+        return 128 + stops[0]
+    assert child is not None
+    return child.returncode if child.returncode >= 0 else 128 - child.returncode
+
+
+__all__ = ["CHILD_ENV", "GRACE_S", "STOP_SIGNALS", "kept", "start_server", "supervise", "sweep_api",
+           "with_parent_death"]
