@@ -468,7 +468,8 @@ def write_docs(doc: dict[str, Any]) -> None:
         runs = ", ".join(f"{x:.2f}" for x in t["first_replay_runs_s"])
         b, cli = t["breakdown"], t.get("cli", {})
         big = sorted(((k, v) for k, v in b.items() if v is not None and v >= 0.5), key=lambda kv: -kv[1])
-        lines += [f"- {'' if name == 'current' else name + ': '}command → first replay **{t['first_replay_s']:.1f} s** "
+        label = name if name != "current" else "this checkout" if len(trees) > 1 else ""
+        lines += [f"- {label + ': ' if label else ''}command → first replay **{t['first_replay_s']:.1f} s** "
                   f"({runs} s). Stages over 0.5 s (medians; the optimizer process imports beside the flow): "
                   + ", ".join(f"{k} {v:.1f} s" for k, v in big) + "."]
         if t.get("stop_s") is not None:

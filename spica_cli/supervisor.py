@@ -12,7 +12,9 @@ public parts:
 * Without a ``PREFECT_API_URL`` (environment or Prefect profile), this process starts the API server with
   Prefect's documented command, ``prefect server start --no-services --no-ui``, in its own session, on a free
   local port, and stops it after the child. Runs land in ``PREFECT_HOME``'s database, as with Prefect's
-  temporary server. The server starts while the child imports; the child waits for its ``/health``.
+  temporary server. Server, child and the reading of Prefect's settings start together: the server is started
+  unless the environment names an API, and stopped again if the settings name one after all (a profile); the
+  child gets the URL on its stdin before it imports Prefect, and waits for the server's ``/health``.
 * The API is watched: the server's process, or ``PREFECT_API_URL``'s ``/health``. A lost API ends the sweep.
 * Both children get a parent-death signal (Linux ``prctl``, kept across ``exec``): a killed supervisor orphans
   nothing.
@@ -22,6 +24,7 @@ the API is lost.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -54,20 +57,18 @@ def with_parent_death(command: list[str], signum: int) -> list[str]:
     return [sys.executable, "-c", _PARENT_DEATH, str(int(signum)), *command]
 
 
-def sweep_api() -> tuple[str | None, bool]:
-    """Where the sweep's Prefect API is, from Prefect's settings, and whether this process must start a server
-    there. (None, False) when the settings forbid a temporary server: Prefect's own error then names what is missing."""
+def configured_api() -> tuple[str | None, bool]:
+    """``PREFECT_API_URL`` from Prefect's settings (environment, profile, ...), and whether they allow a temporary
+    server. With neither, Prefect's own error names what is missing."""
     from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
 
-    url = PREFECT_API_URL.value()
-    if url:
-        return url, False
-    if not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
-        return None, False
+    return PREFECT_API_URL.value() or None, bool(PREFECT_SERVER_EPHEMERAL_ENABLED.value())
+
+
+def _free_url() -> str:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}/api", True
+        return f"http://127.0.0.1:{sock.getsockname()[1]}/api"
 
 
 def start_server(url: str) -> subprocess.Popen[bytes]:
@@ -78,6 +79,14 @@ def start_server(url: str) -> subprocess.Popen[bytes]:
                "--no-services", "--no-ui", "--log-level", "ERROR"]
     return subprocess.Popen(with_parent_death(command, signal.SIGTERM), env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, start_new_session=True)
+
+
+def read_api_url() -> str | None:
+    """In the child, before Prefect is imported: the API URL the supervisor sends (None: Prefect's settings)."""
+    url = sys.stdin.readline().strip()
+    if url:
+        os.environ["PREFECT_API_URL"] = url
+    return url or None
 
 
 def _name(signum: int) -> str:
@@ -126,11 +135,19 @@ def supervise(command: list[str], run_dir: Path) -> int:
     child: subprocess.Popen[bytes] | None = None
     server: subprocess.Popen[bytes] | None = None
     try:
-        url, start = sweep_api()
-        server = start_server(url) if start and url and not stops else None
-        env = {**os.environ, CHILD_ENV: "1", **({"PREFECT_API_URL": url} if url else {})}
-        if not stops:
-            child = subprocess.Popen(with_parent_death(command, signal.SIGINT), env=env, start_new_session=True)
+        guess = None if os.environ.get("PREFECT_API_URL") else _free_url()
+        server = start_server(guess) if guess else None
+        child = subprocess.Popen(with_parent_death(command, signal.SIGINT), env={**os.environ, CHILD_ENV: "1"},
+                                 stdin=subprocess.PIPE, start_new_session=True)
+        named, allowed = configured_api()
+        url = named or (guess if allowed else None)
+        if server is not None and url != guess:  # the settings name a server after all, or forbid ours
+            stop_processes([server.pid], SERVER_GRACE_S)
+            server = None
+        assert child.stdin is not None
+        with contextlib.suppress(OSError):  # (a child that already exited reads nothing)
+            child.stdin.write(f"{url or ''}\n".encode())
+            child.stdin.close()
         return _wait(child, _Watch(url, server), stops, run_dir)
     finally:
         if child is not None:
@@ -143,10 +160,10 @@ def supervise(command: list[str], run_dir: Path) -> int:
             signal.signal(sig, handler)
 
 
-def _wait(child: subprocess.Popen[bytes] | None, watch: _Watch, stops: list[int], run_dir: Path) -> int:
+def _wait(child: subprocess.Popen[bytes], watch: _Watch, stops: list[int], run_dir: Path) -> int:
     """Until the child exits: forward the first stop, kill the child's tree GRACE_S later, end on a lost API."""
     kill_at: float | None = None
-    while child is not None and child.poll() is None:
+    while child.poll() is None:
         if stops and kill_at is None:
             os.kill(child.pid, signal.SIGINT)
             kill_at = time.monotonic() + GRACE_S
@@ -160,9 +177,8 @@ def _wait(child: subprocess.Popen[bytes] | None, watch: _Watch, stops: list[int]
         newline = "\n" if sys.stderr.isatty() else ""
         print(f"{newline}interrupted ({_name(stops[0])}); {kept(run_dir)}", file=sys.stderr)
         return 128 + stops[0]
-    assert child is not None
     return child.returncode if child.returncode >= 0 else 128 - child.returncode
 
 
-__all__ = ["CHILD_ENV", "GRACE_S", "STOP_SIGNALS", "kept", "start_server", "supervise", "sweep_api",
-           "with_parent_death"]
+__all__ = ["CHILD_ENV", "GRACE_S", "STOP_SIGNALS", "configured_api", "kept", "read_api_url", "start_server",
+           "supervise", "with_parent_death"]

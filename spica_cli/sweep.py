@@ -205,7 +205,7 @@ def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: i
     flow (``supervisor.py``); in that child, run it."""
     import os
 
-    from spica_cli.supervisor import CHILD_ENV, supervise
+    from spica_cli.supervisor import CHILD_ENV, read_api_url, supervise
     from spica_core.run import lock
     from spica_core.run.identity import locate
 
@@ -227,12 +227,13 @@ def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: i
     # A rapid sweep's studies live in the optimizer process: started now, it imports jax and Vizier and traces
     # GP-UCB-PE while the flow runs its first stages; the flow finds it running (search/optimizer.py).
     optimizer_for(located.config)
+    url = read_api_url()  # (Prefect reads its settings once, at import)
     from flows.sweep import sweep
     from tasks.notices import listening
 
     _warm_up()
-    if os.environ.get("PREFECT_API_URL"):
-        wait_for_api(os.environ["PREFECT_API_URL"])
+    if url is not None:
+        wait_for_api(url)
     with listening(print_set_aside):  # an artifact moved aside and recomputed: one line each
         summary = sweep(config_path=config_path, runs_root=runs_root,  # type: ignore[arg-type]
                         run_dir=run_dir, seed=seed, from_stage=from_stage, warm_start=warm_start,

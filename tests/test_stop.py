@@ -70,7 +70,8 @@ def remote(monkeypatch: pytest.MonkeyPatch) -> str:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}/api"
-    monkeypatch.setattr(supervisor, "sweep_api", lambda: (url, False))
+    monkeypatch.setenv("PREFECT_API_URL", url)
+    monkeypatch.setattr(supervisor, "configured_api", lambda: (url, True))  # (Prefect read its settings at import)
     return url
 
 
@@ -148,12 +149,20 @@ def test_where_the_api_is_comes_from_prefects_settings() -> None:
     from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED, temporary_settings
 
     with temporary_settings(updates={PREFECT_API_URL: "http://127.0.0.1:4200/api"}):
-        assert supervisor.sweep_api() == ("http://127.0.0.1:4200/api", False)
+        assert supervisor.configured_api() == ("http://127.0.0.1:4200/api", True)
     with temporary_settings(updates={PREFECT_SERVER_EPHEMERAL_ENABLED: False}, set_defaults={PREFECT_API_URL: None}):
-        assert supervisor.sweep_api() == (None, False)
-    with temporary_settings(set_defaults={PREFECT_API_URL: None}):
-        url, start = supervisor.sweep_api()
-    assert start and url is not None and url.startswith("http://127.0.0.1:") and url.endswith("/api")
+        assert supervisor.configured_api() == (None, False)
+
+
+def test_the_child_reads_the_api_url_before_it_imports_prefect(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("http://127.0.0.1:4321/api\n"))
+    assert supervisor.read_api_url() == "http://127.0.0.1:4321/api" == os.environ["PREFECT_API_URL"]
+    monkeypatch.delenv("PREFECT_API_URL")
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n"))  # the settings name no API and forbid a server
+    assert supervisor.read_api_url() is None and "PREFECT_API_URL" not in os.environ
 
 
 # ------------------------------------------------------------------ real sweeps
