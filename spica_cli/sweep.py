@@ -38,31 +38,29 @@ class Ranked(Protocol):
 def candidate_table(ranking: Sequence[Ranked], pareto: bool, objectives: Sequence[str],
                     required_attainment: float = 0.0) -> list[str]:
     """The top candidates, or the front, as aligned text lines (a title line first, notes last)."""
-    from spica_core.emit.report_format import attainment_text, rank_label
-    from spica_core.evaluate import metric_or_fallback
+    from spica_core.emit.report_format import rank_label
+    from spica_core.emit.rows import candidate_row
 
     lines: list[str] = []
     sla = any(r.attainment is not None for r in ranking)
     verdict = ["SLA attainment"] if sla else []
+    shown = ranking if pareto else ranking[:TOP]
+    rows = [candidate_row(r.candidate, r.used_gpus, r.metrics, attainment=r.attainment, meets_sla=r.meets_sla)
+            for r in shown]
     if pareto:
         lines.append(f"Pareto front: {len(ranking)} non-dominated candidate(s), sorted by {objectives[-1]}")
         header = ["#", "mode", "backend", "parallel", "GPUs", "concurrency", *objectives, *verdict]
-        table = [[str(r.rank), r.candidate.mode, r.candidate.backend, r.candidate.parallel.label(), str(r.used_gpus),
-                  _fmt(r.candidate.concurrency), *(_fmt((r.objectives or {}).get(o)) for o in objectives),
-                  *([attainment_text(r.attainment, r.meets_sla)] if sla else [])]
-                 for r in ranking]
+        table = [[str(r.rank), row.mode, row.backend, row.parallel, str(row.gpus), _fmt(r.candidate.concurrency),
+                  *(_fmt((r.objectives or {}).get(o)) for o in objectives), *([row.attainment or "—"] if sla else [])]
+                 for r, row in zip(shown, rows)]
     else:
         lines.append(f"Top {min(TOP, len(ranking))} of {len(ranking)} candidate(s) (score: higher is better)")
         header = ["#", "score", *verdict, "mode", "backend", "parallel", "GPUs", "precision seqs/tokens router planner",
                   "tok/s", "TTFT ms", "TPOT ms"]
-        table = []
-        for r in ranking[:TOP]:
-            m = r.metrics
-            table.append([rank_label(r), _fmt(r.score), *([attainment_text(r.attainment, r.meets_sla)] if sla else []),
-                          r.candidate.mode, r.candidate.backend,
-                          r.candidate.parallel.label(), str(r.used_gpus), r.candidate.knobs_label(),
-                          _fmt(m.get("output_throughput_tok_s")), _fmt(m.get("mean_ttft_ms")),
-                          _fmt(metric_or_fallback(m, "mean_tpot_ms"))])
+        table = [[rank_label(r), _fmt(r.score), *([row.attainment or "—"] if sla else []), row.mode, row.backend,
+                  row.parallel, str(row.gpus), row.knobs, _fmt(row.throughput_tok_s), _fmt(row.ttft_ms),
+                  _fmt(row.tpot_ms)]
+                 for r, row in zip(shown, rows)]
     widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h) for i, h in enumerate(header)]
     lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths)))
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in table]
@@ -223,7 +221,7 @@ def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: i
     from spica_core.search.optimizer import optimizer_for
 
     _quiet_unraisable()
-    lock.acquire(located.folder)  # this process keeps the lock; the flow takes it over
+    lock.acquire(located.folder, pid=os.getppid())  # this process keeps the lock (naming `spica sweep`, its parent)
     # A rapid sweep's studies live in the optimizer process: started now, it imports jax and Vizier and traces
     # GP-UCB-PE while the flow runs its first stages; the flow finds it running (search/optimizer.py).
     optimizer_for(located.config)

@@ -16,9 +16,10 @@ from prefect.context import FlowRunContext
 from prefect.logging import get_run_logger
 
 from spica_core.config.model import SmartSearchConfig
-from spica_core.evaluate import attainment, meets_sla, metric_or_fallback, objective_metric, raw_value
+from spica_core.evaluate import attainment, meets_sla, objective_metric, raw_value
 from spica_core.emit import CandidateRecord, fmt
 from spica_core.emit.report_format import attainment_text, band_range, percent
+from spica_core.emit.rows import candidate_row
 from spica_core.search import RankedCandidate, Tally, Trial
 
 
@@ -44,8 +45,7 @@ def _score_text(config: SmartSearchConfig, score: float | None) -> str:
     return fmt(objective_value(config, score), unit)
 
 
-def _sla_text(config: SmartSearchConfig, metrics: dict[str, float], key: str, bound: float | None) -> str:
-    value = metric_or_fallback(metrics, key)
+def _sla_text(value: float | None, bound: float | None) -> str:
     if value is None:
         return "—"
     text = fmt(value, "ms")
@@ -54,26 +54,28 @@ def _sla_text(config: SmartSearchConfig, metrics: dict[str, float], key: str, bo
     return f"{text} {'≤' if value <= bound else '>'} {fmt(bound, 'ms')}"
 
 
-def candidate_row(config: SmartSearchConfig, rank: int | None, trial: Trial | RankedCandidate) -> dict[str, Any]:
-    """One readable row: the knobs that tell rows apart, the score with its unit, TTFT/ITL against the SLA."""
-    candidate = trial.candidate
+def ui_row(config: SmartSearchConfig, rank: int | None, trial: Trial | RankedCandidate) -> dict[str, Any]:
+    """One row of a Prefect table artifact: the candidate's row (``spica_core.emit.rows``), the score with its
+    unit, TTFT/ITL against the SLA, and for a trial its outcome."""
     sla = config.goal.sla
     metrics = dict(trial.metrics)
+    share, meets = attainment(metrics), meets_sla(config.goal, metrics)
+    c = (candidate_row(trial.candidate, trial.candidate.parallel.used_gpus, metrics, trial.bands, share, meets)
+         if trial.candidate else None)
     row: dict[str, Any] = {} if rank is None else {"rank": rank}
     row.update({
         "round": trial.round + 1, "trial": trial.trial + 1,
-        "mode": candidate.mode if candidate else trial.mode,
-        "backend": candidate.backend if candidate else "",
-        "parallel": candidate.parallel.label() if candidate else "",
-        "GPUs": candidate.parallel.used_gpus if candidate else "",
-        "batching / router / planner": candidate.knobs_label() if candidate else "",
+        "mode": c.mode if c else trial.mode,
+        "backend": c.backend if c else "",
+        "parallel": c.parallel if c else "",
+        "GPUs": c.gpus if c else "",
+        "batching / router / planner": c.knobs if c else "",
         "score": _score_text(config, trial.score) if trial.score is not None else "—",
-        "SLA attainment": attainment_text(attainment(metrics), meets_sla(config.goal, metrics)),
-        "TTFT (SLA)": _sla_text(config, metrics, "mean_ttft_ms", sla.ttft_ms if sla else None),
-        "ITL (SLA)": _sla_text(config, metrics, "mean_itl_ms",
-                               sla.itl_ms if sla else None),
-        **{f"{name} on measured GPUs": band_range(trial.bands.get(key)) for key, name in (("ttft_ms", "TTFT"),
-                                                                                         ("itl_ms", "ITL"))},
+        "SLA attainment": attainment_text(share, meets),
+        "TTFT (SLA)": _sla_text(c.ttft_ms if c else None, sla.ttft_ms if sla else None),
+        "ITL (SLA)": _sla_text(c.itl_ms if c else None, sla.itl_ms if sla else None),
+        "TTFT on measured GPUs": band_range(c.ttft_band if c else None),
+        "ITL on measured GPUs": band_range(c.itl_band if c else None),
     })
     if isinstance(trial, Trial):
         row["outcome"] = "cache hit" if trial.cache_hit else trial.status.value
@@ -145,7 +147,7 @@ def publish_branch(run_id: str, config: SmartSearchConfig, mode: str, trials: Se
     reasons = "; ".join(f"{n} × {r}" for r, n in tally.top_reasons()) or "none"
     rounds = len({t.round for t in trials})
     create_table_artifact(
-        key=artifact_key(run_id, f"{mode}-trials"), table=[candidate_row(config, None, t) for t in trials],
+        key=artifact_key(run_id, f"{mode}-trials"), table=[ui_row(config, None, t) for t in trials],
         description=f"run {run_id}: {mode}, {len(trials)} evaluation(s) in {rounds} round(s); best {best}; "
                     f"tally {tally.feasible} feasible of {tally.attempts} ({reasons})")
 
@@ -154,7 +156,7 @@ def publish_ranking(run_id: str, config: SmartSearchConfig, ranking: Sequence[Ra
     if not in_flow_run() or not ranking:
         return
     create_table_artifact(key=artifact_key(run_id, "ranking"),
-                          table=[candidate_row(config, r.rank, r) for r in ranking],
+                          table=[ui_row(config, r.rank, r) for r in ranking],
                           description=f"run {run_id}: {'Pareto front' if config.goal.is_pareto else 'ranking'}; "
                                       f"run folder {run_dir}")
 
@@ -167,20 +169,20 @@ def publish_summary(run_id: str, config: SmartSearchConfig, records: Sequence[Ca
     lines = [f"# Spica sweep {run_id[:12]}", "", f"Run folder: `{run_dir}`", ""]
     if records:
         w = records[0]
-        c = w.candidate
+        row = candidate_row(w.candidate, w.used_gpus, w.metrics, w.bands, w.attainment, w.meets_sla)
         sla = config.goal.sla
         headroom = w.headroom
         required = config.goal.required_attainment
-        lines += [f"## Winner: {c.mode} {c.backend} {c.parallel.label()} ({w.used_gpus} GPUs)", "",
+        lines += [f"## Winner: {row.mode} {row.backend} {row.parallel} ({row.gpus} GPUs)", "",
                   f"- score: {_score_text(config, w.score)} ({config.goal.target.value})",
-                  f"- SLA attainment: {attainment_text(w.attainment, w.meets_sla)}"
+                  f"- SLA attainment: {row.attainment or '—'}"
                   + (f" — {percent(required)} required" if sla is not None and required > 0 else ""),
                   *([f"- a near-tie with rank(s) {', '.join(map(str, w.tied_with))}: the order is within the "
                      "replays' run-to-run spread"] if w.tied_with else []),
-                  f"- settings: {c.knobs_label()}",
-                  f"- TTFT: {_sla_text(config, dict(w.metrics), 'mean_ttft_ms', sla.ttft_ms if sla else None)}",
-                  f"- ITL: {_sla_text(config, dict(w.metrics), 'mean_itl_ms', sla.itl_ms if sla else None)}",
-                  f"- throughput: {fmt(w.metrics.get('output_throughput_tok_s'), 'tok/s')}",
+                  f"- settings: {row.knobs}",
+                  f"- TTFT: {_sla_text(row.ttft_ms, sla.ttft_ms if sla else None)}",
+                  f"- ITL: {_sla_text(row.itl_ms, sla.itl_ms if sla else None)}",
+                  f"- throughput: {fmt(row.throughput_tok_s, 'tok/s')}",
                   f"- headroom: {headroom.text() if headroom else 'no SLA, so no headroom' if sla is None else '—'}",
                   f"- found in round {w.round + 1}, trial {w.trial + 1}"]
     else:

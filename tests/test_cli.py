@@ -176,11 +176,11 @@ def test_run_id_follows_the_config() -> None:
 
 
 @pytest.mark.slow
-def test_spica_sweep_runs_the_flow_twice_with_the_same_run_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_spica_sweep_runs_the_flow_twice_with_the_same_run_id(tmp_path: Path, capfd: pytest.CaptureFixture[str]
                                                               ) -> None:
     """The quick start end to end through Prefect: every stage's artifact, the table, then a resume."""
     assert main(["sweep", str(EXAMPLES / "quickstart.yaml"), "--runs-root", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
+    out = capfd.readouterr().out  # (the flow's process prints the table: capfd, not capsys)
     assert "Top " in out and "tally:" in out and "score" in out
     runs = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert len(runs) == 1
@@ -196,7 +196,7 @@ def test_spica_sweep_runs_the_flow_twice_with_the_same_run_id(tmp_path: Path, ca
     assert {t["mode"] for t in trials} == {"agg", "disagg"}
     # the same config again: same run id, every round resumed from trials.parquet, nothing re-run
     assert main(["sweep", str(EXAMPLES / "quickstart.yaml"), "--runs-root", str(tmp_path)]) == 0
-    assert capsys.readouterr().out.split("artifacts:")[0] == out.split("artifacts:")[0]
+    assert capfd.readouterr().out.split("artifacts:")[0] == out.split("artifacts:")[0]
     assert [p for p in tmp_path.iterdir() if p.is_dir()] == runs
     assert pq.read_table(runs[0] / "trials.parquet").to_pylist() == trials
     row = pq.read_table(runs[0] / "config.parquet").to_pylist()[0]

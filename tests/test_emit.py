@@ -64,10 +64,10 @@ def test_show_and_emit_refuse_a_folder_that_is_not_a_run(tmp_path: Path, capsys:
 
 @pytest.mark.slow
 def test_a_sweep_emits_candidates_manifests_and_report_and_a_copy_can_be_shown_and_emitted(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "run"
     assert main(["sweep", str(EXAMPLES / "quickstart.yaml"), "--run-dir", str(run)]) == 0
-    out = capsys.readouterr().out
+    out = capfd.readouterr().out  # (the flow's process prints the summary: capfd, not capsys)
     assert f"report: {run / 'report.md'}" in out and "manifests: " in out
 
     ranking = pq.read_table(run / "ranking.parquet").to_pylist()
@@ -99,7 +99,7 @@ def test_a_sweep_emits_candidates_manifests_and_report_and_a_copy_can_be_shown_a
     copy = tmp_path / "elsewhere" / "copied-run"
     shutil.copytree(run, copy)
     assert main(["show", str(copy)]) == 0
-    shown = capsys.readouterr().out
+    shown = capfd.readouterr().out
     assert f"{records[0].score:,.4g}" in shown and "manifests/rank-1.yaml" in shown and "report.md" in shown
     out_dir = tmp_path / "k8s"
     assert main(["emit", str(copy), "--top", "1", "--out", str(out_dir), "--namespace", "inference"]) == 0

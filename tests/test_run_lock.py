@@ -64,3 +64,13 @@ def test_a_run_dir_that_is_a_file_is_refused_naming_the_option(tmp_path: Path,
         locate(ROOT / "examples" / "quickstart.yaml", run_dir=target)
     assert main(["sweep", str(ROOT / "examples" / "quickstart.yaml"), "--run-dir", str(target)]) == 2
     assert "--run-dir" in capsys.readouterr().err and target.read_text() == "mine"
+
+
+def test_the_lock_file_names_the_given_holder(tmp_path: Path) -> None:
+    """A sweep's flow process holds the lock but names `spica sweep`, its supervising parent, as the holder."""
+    folder = tmp_path / "run"
+    try:
+        lock.acquire(folder, pid=os.getppid())
+        assert json.loads((folder / lock.LOCK_FILE).read_text())["pid"] == os.getppid()
+    finally:
+        lock.release(folder)

@@ -195,9 +195,9 @@ def share(c: dict[str, Any]) -> float:
 
 @pytest.mark.slow
 def test_an_exhaustive_sweep_ranks_first_a_candidate_that_meets_and_sla_attainment_0_brings_the_old_winner_back(
-        tmp_path: Path, capsys: Any) -> None:
+        tmp_path: Path, capfd: Any) -> None:
     default = sweep_candidates(tmp_path, "default", {"target": "goodput_per_gpu", "sla": SLA})
-    out = capsys.readouterr().out
+    out = capfd.readouterr().out   # (the flow's process prints the table: capfd, not capsys)
     assert "SLA attainment" in out and "meet the SLA requirement (90 % of requests within the SLA)" in out
     best = max(default, key=lambda c: c["score"])
     assert share(best) < 0.9                        # the goodput-per-GPU winner misses the requirement
@@ -258,18 +258,46 @@ def test_a_front_where_none_meets_says_so() -> None:
 
 
 def test_the_prefect_tables_show_attainment_and_the_itl_fallback() -> None:
-    from tasks.ui import candidate_row
+    from tasks.ui import ui_row
     from tests.test_report import scalar_inputs
 
     inputs = scalar_inputs()
     winner = next(t for t in inputs.trials if t.mode == "disagg" and t.score == 1800.0)
-    row = candidate_row(inputs.config, 1, winner)
+    row = ui_row(inputs.config, 1, winner)
     assert row["SLA attainment"] == "0.95 (meets)"
     assert row["ITL (SLA)"] == "10.0 ms ≤ 50.0 ms"
     small = next(t for t in inputs.trials if t.score == 900.0)
-    assert candidate_row(inputs.config, 3, small)["SLA attainment"] == "0.80 (misses)"
+    assert ui_row(inputs.config, 3, small)["SLA attainment"] == "0.80 (misses)"
     from dataclasses import replace
 
     tpot_only = replace(winner, metrics={k: v for k, v in winner.metrics.items() if k != "mean_itl_ms"}
                         | {"mean_tpot_ms": 12.0})
-    assert candidate_row(inputs.config, 1, tpot_only)["ITL (SLA)"] == "12.0 ms ≤ 50.0 ms"   # ITL falls back to TPOT
+    assert ui_row(inputs.config, 1, tpot_only)["ITL (SLA)"] == "12.0 ms ≤ 50.0 ms"   # ITL falls back to TPOT
+
+
+def test_one_row_builder_feeds_the_cli_the_report_and_the_ui() -> None:
+    """The CLI table, the report's table and the Prefect table show the same cells for one candidate, because all
+    three build them with ``spica_core.emit.rows.candidate_row``."""
+    from dataclasses import replace
+
+    from spica_cli.sweep import candidate_table
+    from spica_core.emit.rows import candidate_row
+    from tasks.ui import ui_row
+    from tests.test_report import scalar_inputs
+
+    inputs = scalar_inputs()
+    record = replace(inputs.records[0], metrics={k: v for k, v in inputs.records[0].metrics.items()
+                                                 if k != "mean_tpot_ms"} | {"mean_itl_ms": 11.5})
+    row = candidate_row(record.candidate, record.used_gpus, record.metrics, record.bands, record.attainment,
+                        record.meets_sla)
+    assert (row.itl_ms, row.tpot_ms) == (11.5, 11.5)          # TPOT falls back to ITL, and ITL to TPOT
+    assert row.attainment == f"{record.attainment:.2f} ({'meets' if record.meets_sla else 'misses'})"
+    import re
+
+    cells = re.split(r"\s{2,}", candidate_table([record], False, ["goodput"], 0.9)[2].strip())
+    assert cells[2:8] == [row.attainment, row.mode, row.backend, row.parallel, str(row.gpus), row.knobs]
+    assert cells[-1] == "11.50"
+    report = render_markdown(replace(inputs, records=[record]), {})
+    assert f"| {row.mode} | {row.backend} | {row.parallel} |" in report
+    ui = ui_row(inputs.config, 1, record)
+    assert (ui["parallel"], ui["GPUs"], ui["batching / router / planner"]) == (row.parallel, row.gpus, row.knobs)

@@ -20,11 +20,12 @@ from spica_core.emit.outputs import (
 )
 from spica_core.emit.records import CandidateRecord, Provenance, to_csv
 from spica_core.emit.report import ReportFiles, ReportInputs, write_report
+from spica_core.emit.rows import CandidateRow, candidate_row
 
 __all__ = [
-    "AICEstimate", "CandidateRecord", "DEFAULT_TOP", "EmitOptions", "Emitted", "FinishedRun", "ManifestOptions",
+    "AICEstimate", "CandidateRecord", "CandidateRow", "DEFAULT_TOP", "EmitOptions", "Emitted", "FinishedRun", "ManifestOptions",
     "Provenance",
-    "ReportFiles", "ReportInputs", "aic_estimate", "aic_estimates", "check_manifest", "emit_outputs", "load_records",
+    "ReportFiles", "ReportInputs", "aic_estimate", "aic_estimates", "candidate_row", "check_manifest", "emit_outputs", "load_records",
     "manifest", "manifest_yaml", "MISSING", "fmt", "provenance_of", "records_of", "tally_dict", "to_csv", "write_candidate_files",
     "write_manifests", "write_report",
 ]

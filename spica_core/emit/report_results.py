@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 from spica_core.emit.numbers import fmt
 from spica_core.emit.records import CandidateRecord
 from spica_core.emit.report_format import (
-    _describe, _feasible, _Goal, _table, _target_label, _with_band, attainment_text, percent, rank_label,
+    _describe, _feasible, _Goal, _table, _target_label, _with_band, percent, rank_label,
 )
-from spica_core.evaluate.metrics import derived_metrics, metric_or_fallback
+from spica_core.emit.rows import candidate_row
 from spica_core.search.trials import Tally
 from spica_core.space.branches import config_strategy
 
@@ -84,8 +84,7 @@ def _candidates_table(inputs: ReportInputs, goal: _Goal) -> list[str]:
               "manifest"]
     rows = []
     for r in inputs.records[:TABLE_ROWS]:
-        m = derived_metrics(r.metrics)
-        c = r.candidate
+        row = candidate_row(r.candidate, r.used_gpus, r.metrics, r.bands, r.attainment, r.meets_sla)
         if goal.pareto:
             values = [fmt((r.objectives or {}).get(o), _target_label(o)[1]) for o in goal.objectives]
         else:
@@ -93,14 +92,12 @@ def _candidates_table(inputs: ReportInputs, goal: _Goal) -> list[str]:
         if robust:
             values.append(fmt(goal.raw(r.metrics["plain_score"]), _target_label(goal.first)[1])
                           if "plain_score" in r.metrics else "—")
-        itl = metric_or_fallback(m, "mean_itl_ms")
         link = inputs.manifests.get(r.rank)
         manifest = f"[{link}]({link})" if link else ("emitted" if r.rank in emitted else "")
-        rows.append([rank_label(r), c.mode, c.backend, c.parallel.label(), config_strategy(c.parallel), r.used_gpus,
-                     c.knobs_label(), *values, *([attainment_text(r.attainment, r.meets_sla)] if sla else []),
-                     fmt(m.get("output_throughput_tok_s"), "tok/s"),
-                     _with_band(m.get("mean_ttft_ms"), r.bands.get("ttft_ms")),
-                     _with_band(itl, r.bands.get("itl_ms")), manifest])
+        rows.append([rank_label(r), row.mode, row.backend, row.parallel, config_strategy(r.candidate.parallel),
+                     row.gpus, row.knobs, *values, *([row.attainment or "—"] if sla else []),
+                     fmt(row.throughput_tok_s, "tok/s"), _with_band(row.ttft_ms, row.ttft_band),
+                     _with_band(row.itl_ms, row.itl_band), manifest])
     lines = _table(header, rows)
     lines += _requirement_notes(inputs, goal)
     lines += _tie_notes(inputs.records)

@@ -26,8 +26,11 @@ def check_folder(path: Path, option: str = "--run-dir") -> None:
         raise RunDirError(f"{option} {path}: is an existing file, not a folder; give a folder (created if missing)")
 
 
-def acquire(folder: str | Path) -> Path:
-    """Lock ``folder`` for this process (again is a no-op); raises RunDirError naming the holder if taken."""
+def acquire(folder: str | Path, pid: int | None = None) -> Path:
+    """Lock ``folder`` for this process (again is a no-op); raises RunDirError naming the holder if taken.
+
+    ``pid`` is the process the file names as the holder, when not this one: a sweep's flow process names the
+    ``spica sweep`` command that supervises it, the process a user started and would stop."""
     path = Path(folder).resolve()
     if path in _HELD:
         return path
@@ -44,7 +47,7 @@ def acquire(folder: str | Path) -> Path:
                           "another --run-dir") from None
     handle.seek(0)
     handle.truncate()
-    handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+    handle.write(json.dumps({"pid": pid or os.getpid(), "host": socket.gethostname(),
                              "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}))
     handle.flush()
     _HELD[path] = handle
