@@ -10,11 +10,11 @@ public parts:
   to the child, which unwinds as from any Ctrl-C: the flow records its end, the workers stop, and every finished
   evaluation is already on disk. A child still alive :data:`GRACE_S` later is killed with its process tree.
 * Without a ``PREFECT_API_URL`` (environment or Prefect profile), this process starts the API server with
-  Prefect's documented command, ``prefect server start --no-services --no-ui``, in its own session, on a free
-  local port, and stops it after the child. Runs land in ``PREFECT_HOME``'s database, as with Prefect's
-  temporary server. Server, child and the reading of Prefect's settings start together: the server is started
-  unless the environment names an API, and stopped again if the settings name one after all (a profile); the
-  child gets the URL on its stdin before it imports Prefect, and waits for the server's ``/health``.
+  Prefect's documented command, ``prefect server start --no-scheduler --no-late-runs --no-ui``, in its own
+  session, on a free local port, and stops it after the child. Runs land in ``PREFECT_HOME``'s database, as
+  with Prefect's temporary server. Server, child and the reading of Prefect's settings start together: the
+  server is started unless the environment names an API, and stopped again if the settings name one after all
+  (a profile); the child gets the URL on its stdin before it imports Prefect, and waits for its ``/health``.
 * The API is watched: the server's process, or ``PREFECT_API_URL``'s ``/health``. A lost API ends the sweep.
 * Both children get a parent-death signal (Linux ``prctl``, kept across ``exec``): a killed supervisor orphans
   nothing.
@@ -72,11 +72,12 @@ def _free_url() -> str:
 
 
 def start_server(url: str) -> subprocess.Popen[bytes]:
-    """``prefect server start`` at ``url`` (API only, no background services), in its own session."""
+    """``prefect server start`` at ``url``, in its own session. Its services record the sweep's task runs and
+    events (the UI shows them); it schedules nothing and marks nothing late: no UI, scheduler or late-runs."""
     port = url.rsplit(":", 1)[1].split("/")[0]
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     command = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", port,
-               "--no-services", "--no-ui", "--log-level", "ERROR"]
+               "--no-scheduler", "--no-late-runs", "--no-ui", "--log-level", "ERROR"]
     return subprocess.Popen(with_parent_death(command, signal.SIGTERM), env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, start_new_session=True)
 
