@@ -85,7 +85,7 @@ _WRAP: dict[str, list[tuple[str, str]]] = {
                                  ("EvalPool.submit", "first_request_to_evaluator"),
                                  ("SequentialEvaluator.evaluate_batch", "first_request_to_evaluator"),
                                  ("SequentialEvaluator.submit", "first_request_to_evaluator")],
-    "spica_core.evaluate.evaluator": [("evaluate_one", "evaluate_one")],
+    "spica_core.evaluate.evaluation": [("evaluate_one", "evaluate_one")],
     "dynamo._core": [("run_mocker_synthetic_trace_replay", "replay"), ("run_mocker_trace_replay", "replay")],
 }
 

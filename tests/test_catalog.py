@@ -20,7 +20,7 @@ from spica_core.emit.records import CandidateRecord, Provenance
 from spica_core.errors import NoViableParallelConfigError, RunDirError
 from spica_core.evaluate.bands import Band
 from spica_core.deployment import Candidate
-from spica_core.evaluate.evaluator import Status
+from spica_core.evaluate.evaluation import Status
 from spica_core.evaluate.headroom import Headroom
 from examples.make_traces import write_sine_trace
 from spica_core.predictors import LoadPredictorResult

@@ -13,7 +13,8 @@ import yaml
 from spica_core.config.model import SmartSearchConfig
 from spica_core.emit.crd import API_VERSION, KIND, check_manifest
 from spica_core.config import BACKENDS
-from spica_core.emit.crd_reading import WORKER_TYPES, backend_of, instance_gpus
+from spica_core.emit.crd_reading import WORKER_TYPES, backend_of
+from spica_core.engines import instance_gpus
 from spica_core.emit.manifest_options import ManifestOptions
 from spica_core.emit.manifests import manifest, manifest_yaml
 from spica_core.emit.outputs import EmitOptions, write_manifests
@@ -674,13 +675,44 @@ def test_only_v1beta1_is_checked() -> None:
 
 
 def test_the_parallel_flags_a_manifest_writes_are_the_ones_the_checker_reads() -> None:
-    """One table of spellings: a written flag that the GPU count check could not read would hide a wrong size."""
-    from spica_core.emit.crd_reading import INSTANCE_SIZES, PARALLEL_FLAGS, instance_gpus, parallel_flag
+    """One table of spellings per engine: a written flag that the GPU count check could not read would hide a
+    wrong size."""
+    from spica_core.engines import ENGINES
 
-    for backend, sizes in INSTANCE_SIZES.items():
-        args = [a for size in sizes for a in (parallel_flag(backend, size), "2")]
+    assert set(ENGINES) == set(BACKENDS)
+    for backend, module in ENGINES.items():
+        sizes = module.INSTANCE_SIZES
+        args = [a for size in sizes for a in (module.PARALLEL_FLAGS[size][0], "2")]
         assert instance_gpus(backend, args) == 2 ** len(sizes), backend
-        for size, spellings in PARALLEL_FLAGS[backend].items():
+        for size, spellings in module.PARALLEL_FLAGS.items():
             if size in sizes:
                 for spelling in spellings:
                     assert instance_gpus(backend, [spelling, "3"]) == 3, (backend, spelling)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_each_engine_reads_back_what_it_writes(backend: str) -> None:
+    """Each engine module writes a worker's flags and parses them back (block size, KV events, GPUs), and the
+    replay's engine section holds the same batching budgets the flags set."""
+    from spica_core.engines import Launch, engine
+    from spica_core.evaluate.engine_args import role_payload
+
+    c = candidate({**QWEN, "gpu_budget": 8, "context_length": 16384, "agg_block_size": 32}, "agg", backend,
+                  {"agg_max_num_seqs": 256, "agg_max_num_batched_tokens": 8192, **KV, **NO_PLANNER},
+                  {"tp": 2, "replicas": 1})
+    module, rc = engine(backend), c.parallel.roles["agg"]
+    notes: list[str] = []
+    problems: list[tuple[str, str]] = []
+
+    class Collected:
+        def add(self, field_name: str, why: str) -> None:
+            problems.append((field_name, why))
+
+    args = module.args(Launch(c, "agg", rc.shape, c.engines["agg"], False, True, notes, Collected()))
+    assert problems == [] and module.problems(args) == []
+    assert module.block_size(args) == 32 and module.publishes_events(args)
+    assert instance_gpus(backend, args) == 2
+    replay = role_payload(c, "agg", num_gpu_blocks=100, profile="")["engine"]
+    assert {k: v for k, v in replay.items() if k == backend} == module.replay_settings(c.engines["agg"])
+    if backend == "sglang":
+        assert args[args.index("--chunked-prefill-size") + 1] == str(replay["sglang"]["chunked_prefill_size"])

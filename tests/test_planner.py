@@ -10,7 +10,7 @@ import pytest
 
 from spica_core.space.precision import precision_of
 from spica_core.config.model import SmartSearchConfig
-from spica_core.evaluate.evaluator import EvalRequest, evaluate_one
+from spica_core.evaluate.evaluation import EvalRequest, evaluate_one
 from spica_core.space.facts import backend_version
 from spica_core.space.parallel import ParallelConfig, Shape
 from spica_core.errors import PlannerConfigError

@@ -17,7 +17,8 @@
 The CRD is shipped as package data (``data/nvidia.com_dynamographdeployments.yaml``, byte-identical to
 ai-dynamo/dynamo ``deploy/operator/config/crd/bases``); the validator is built once per process.
 Steps 1 and 2 live in ``crd_schema.py``, the metadata and webhook rules in ``crd_webhook.py``, step 4 in
-``crd_semantics.py``; ``crd_reading.py`` reads components, containers and flags for all of them.
+``crd_semantics.py``; ``crd_reading.py`` reads components and containers for all of them, and
+``spica_core/engines`` each engine's flags.
 """
 from __future__ import annotations
 

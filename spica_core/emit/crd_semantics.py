@@ -1,7 +1,7 @@
 """Cheap semantic checks of a DynamoGraphDeployment that neither the CRD nor the webhook makes.
 
 GPU quantities as strings, per-pod GPUs × nodes = the instance's parallel size, the GPU total
-(``used_gpus``), equal prefill/decode KV block sizes, TRT-LLM's token/block divisibility, a KV router
+(``used_gpus``), equal prefill/decode KV block sizes, each engine's own rules (``spica_core/engines``), a KV router
 with an event publisher, and the planner ``--config`` against PlannerConfig's own rules.
 """
 from __future__ import annotations
@@ -10,30 +10,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from spica_core.emit.crd_reading import (
-    GPU_RESOURCE, WORKER_TYPES, _comp, _dicts, _flag, _get, _int_flag, _main, _override, backend_of, block_size,
-    instance_gpus,
-)
-from spica_core.planner import planner_config_problems
-
-
-# PlannerConfig (ai-dynamo 1.6.1) fields a generated --config may carry. PlannerConfig silently drops
-# unknown keys, so a typo would deploy the default instead: check them here.
-PLANNER_CONFIG_KEYS = frozenset({
-    "environment", "backend", "mode", "optimization_target", "pre_deployment_sweeping_mode",
-    "enable_throughput_scaling", "enable_load_scaling",
-    "throughput_adjustment_interval_seconds", "load_adjustment_interval_seconds",
-    "max_num_fpm_samples", "fpm_sample_bucket_size", "load_scaling_down_sensitivity", "load_min_observations",
-    "load_metric_samples", "load_predictor", "load_predictor_log1p", "prophet_window_size",
-    "kalman_q_level", "kalman_q_trend", "kalman_r", "kalman_min_points",
-    "max_gpu_budget", "min_gpu_budget", "min_endpoint", "prefill_min_endpoint", "decode_min_endpoint",
-    "prefill_engine_num_gpu", "decode_engine_num_gpu", "model_name", "speculative_nextn",
-    "ttft_ms", "itl_ms", "report_interval_hours", "live_dashboard_port",
-    "metric_pulling_prometheus_extra_query_params",
-})
-
-
-_KV_EVENT_FLAGS = ("--kv-events-config", "--publish-events-and-metrics", "--publish-kv-events")
+from spica_core.emit.crd_reading import GPU_RESOURCE, WORKER_TYPES, _comp, _dicts, _get, _main, backend_of
+from spica_core.engines import engine, flag_value, instance_gpus
+from spica_core.planner import PLANNER_CONFIG_KEYS, planner_config_problems
 
 
 # ---------------------------------------------------------------- 4. semantic checks
@@ -75,18 +54,15 @@ def _semantic_problems(spec: Mapping[str, Any], comps: list[tuple[int, Mapping[s
             if instance is not None and pod_gpus is not None and pod_gpus * nodes != instance:
                 out.append(f"{where}: a worker instance spans {instance} GPUs by its parallel flags, but the component "
                            f"gives it {pod_gpus} GPU(s) per pod × {nodes} node(s) = {pod_gpus * nodes}")
-            size = block_size(backend, args) if backend else None
+            if backend is None:
+                continue
+            module = engine(backend)
+            size = module.block_size(args)
             if size is not None and ctype in ("prefill", "decode"):
                 block_sizes[ctype] = (str(comp.get("name")), size)
-            if backend == "trtllm":
-                out += _trtllm_problems(where, args)
-            if ctype in ("worker", "prefill") and any(flag in args for flag in _KV_EVENT_FLAGS):
-                if backend == "vllm" and "--no-enable-prefix-caching" in args:
-                    out.append(f"{where}: publishes KV events with prefix caching off (vLLM publishes none)")
-                elif backend == "sglang" and "--disable-radix-cache" in args:
-                    out.append(f"{where}: publishes KV events with the radix cache off (SGLang publishes none)")
-                else:
-                    publishers.append(str(comp.get("name")))
+            out += [f"{where}: {problem}" for problem in module.problems(args)]
+            if ctype in ("worker", "prefill") and module.publishes_events(args):
+                publishers.append(str(comp.get("name")))
         elif ctype == "planner":
             out += _planner_problems(where, main)
     if len(block_sizes) == 2 and block_sizes["prefill"][1] != block_sizes["decode"][1]:
@@ -133,17 +109,6 @@ def _pod_gpus(container: Mapping[str, Any]) -> int | None:
     return None
 
 
-def _trtllm_problems(where: str, args: list[str]) -> list[str]:
-    out = []
-    raw = _flag(args, "--override-engine-args")
-    if raw is not None and _override(args) is None:
-        out.append(f"{where}: --override-engine-args is not a JSON object")
-    tokens, size = _int_flag(args, "--max-num-tokens", default=0), block_size("trtllm", args)
-    if tokens and size and tokens % size:
-        out.append(f"{where}: TRT-LLM --max-num-tokens {tokens} is not a multiple of the KV block size {size}")
-    return out
-
-
 def _router_problems(comps: list[tuple[int, Mapping[str, Any]]], publishers: list[str]) -> list[str]:
     out = []
     for i, comp in comps:
@@ -154,7 +119,7 @@ def _router_problems(comps: list[tuple[int, Mapping[str, Any]]], publishers: lis
             continue
         env = {e.get("name"): e.get("value") for e in _dicts(main.get("env"))}
         args = [a for a in main.get("args") or () if isinstance(a, str)]
-        mode = _flag(args, "--router-mode") or env.get("DYN_ROUTER_MODE")
+        mode = flag_value(args, "--router-mode") or env.get("DYN_ROUTER_MODE")
         events_off = (str(env.get("DYN_ROUTER_USE_KV_EVENTS", "")).lower() in ("false", "0")
                       or "--no-kv-events" in args or "--no-router-kv-events" in args)
         if mode == "kv" and not events_off and not publishers:
@@ -166,7 +131,7 @@ def _router_problems(comps: list[tuple[int, Mapping[str, Any]]], publishers: lis
 
 def _planner_problems(where: str, main: Mapping[str, Any]) -> list[str]:
     args = [a for a in main.get("args") or () if isinstance(a, str)]
-    raw = _flag(args, "--config")
+    raw = flag_value(args, "--config")
     if raw is None or not raw.lstrip().startswith("{"):
         return []   # a path to a mounted file: nothing to check offline
     try:
@@ -204,4 +169,4 @@ def _planner_problems(where: str, main: Mapping[str, Any]) -> list[str]:
     return out
 
 
-__all__ = ["PLANNER_CONFIG_KEYS"]
+__all__: list[str] = []

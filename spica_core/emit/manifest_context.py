@@ -1,12 +1,11 @@
 """What building one manifest carries, and the small renderers every component builder shares.
 
 :class:`_Context` holds the candidate, its options, its image and the problems found so far
-(:class:`_Problems`, refused once at the end); the renderers write components, env entries, numbers and
-JSON arguments the same way in every component.
+(:class:`_Problems`, refused once at the end); the renderers write components and env entries the same way
+in every component (numbers and JSON arguments: ``spica_core.engines.flags``).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,23 +70,6 @@ def _component(ctx: _Context, name: str, ctype: str, replicas: int, container: d
     return comp
 
 
-def _context_args(ctx: _Context, flag: str) -> list[str]:
-    length = ctx.candidate.context.context_length
-    return [flag, str(length)] if length is not None else []
-
-
 def _env(name: str, value: str) -> dict[str, str]:
     return {"name": name, "value": value}
 
-
-def _num(value: float | int) -> str:
-    """A number as an argument string: ints plain, floats in Python's shortest form (4.0, 0.9)."""
-    return str(int(value)) if isinstance(value, int) and not isinstance(value, bool) else repr(float(value))
-
-
-def _int_if_whole(value: float) -> int | float:
-    return int(value) if float(value).is_integer() else float(value)
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))

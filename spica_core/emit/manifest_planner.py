@@ -1,18 +1,19 @@
-"""The Planner component of a manifest that scales: its image and its PlannerConfig JSON.
+"""The Planner component of a manifest that scales: its image, and the PlannerConfig JSON that
+``spica_core.planner.planner_config`` writes.
 
 The config carries the settings the replay ran the planner with, and the planner target the sweep's
 goal maps to (throughput, latency or sla).
 """
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from spica_core.deployment import Candidate
 from spica_core.emit.crd_reading import MAIN_CONTAINER
-from spica_core.emit.manifest_context import _component, _Context, _int_if_whole
+from spica_core.emit.manifest_context import _component, _Context
 from spica_core.emit.manifest_options import IMAGE_REGISTRY, PLANNER_REPO
+from spica_core.engines import json_arg
 from spica_core.errors import PlannerConfigError
 
 
@@ -24,7 +25,7 @@ def _planner_component(ctx: _Context) -> dict[str, Any] | None:
     c, o, p = ctx.candidate, ctx.options, ctx.problems
     if not c.planner.scales:
         return None
-    from spica_core.planner.settings import PlannerSettings
+    from spica_core.planner import PlannerSettings, planner_config
 
     if o.optimization_target is None:
         p.add("planner_scaling_policy", f"{_policy(c)} scales, and the Planner's optimization_target comes from the "
@@ -46,45 +47,10 @@ def _planner_component(ctx: _Context) -> dict[str, Any] | None:
         return None
     config = planner_config(c, settings)
     container: dict[str, Any] = {"name": MAIN_CONTAINER, "image": image, "command": ["python3", "-m", "dynamo.planner"],
-                                 "args": ["--config", json.dumps(config, separators=(",", ":"))]}
+                                 "args": ["--config", json_arg(config)]}
     if o.hf_token_secret:
         container["envFrom"] = [{"secretRef": {"name": o.hf_token_secret}}]
     return _component(ctx, PLANNER, "planner", 1, container, image)
-
-
-def planner_config(candidate: Candidate, settings: Any) -> dict[str, Any]:
-    """The PlannerConfig (1.6.1) JSON from the settings the replay ran the planner with."""
-    ctx = candidate.context
-    out: dict[str, Any] = {
-        "environment": "kubernetes", "backend": candidate.backend, "mode": candidate.mode,
-        "optimization_target": settings.optimization_target, "pre_deployment_sweeping_mode": "none",
-        "enable_throughput_scaling": settings.enable_throughput_scaling,
-        "enable_load_scaling": settings.enable_load_scaling,
-        "throughput_adjustment_interval_seconds": _int_if_whole(settings.throughput_interval_s),
-        "load_adjustment_interval_seconds": _int_if_whole(settings.load_interval_s),
-        "max_num_fpm_samples": settings.max_num_fpm_samples, "fpm_sample_bucket_size": settings.fpm_sample_bucket_size,
-        "load_scaling_down_sensitivity": settings.load_scaling_down_sensitivity,
-        "load_min_observations": settings.load_min_observations,
-    }
-    if settings.enable_throughput_scaling:   # the predictor the replay forecast with (constant when none was swept)
-        out.update(settings.predictor)
-    out["max_gpu_budget"] = settings.max_gpu_budget
-    if ctx.min_gpu_budget is not None:
-        out["min_gpu_budget"] = settings.min_gpu_budget
-    if ctx.min_endpoint is not None:
-        out["min_endpoint"] = settings.min_endpoint
-    roles = candidate.parallel.roles
-    if candidate.mode == "disagg":
-        out["prefill_engine_num_gpu"] = roles["prefill"].shape.gpus
-    out["decode_engine_num_gpu"] = roles["decode" if candidate.mode == "disagg" else "agg"].shape.gpus
-    out["model_name"] = ctx.model_name
-    if ctx.aic_nextn:
-        out["speculative_nextn"] = ctx.aic_nextn
-    if settings.optimization_target == "sla":
-        out["ttft_ms"], out["itl_ms"] = settings.ttft_ms, settings.itl_ms
-    out["report_interval_hours"] = None
-    out["live_dashboard_port"] = 0
-    return out
 
 
 def _planner_image(ctx: _Context) -> str | None:
@@ -104,4 +70,4 @@ def _policy(candidate: Candidate) -> str:
     return repr(policy) if isinstance(policy, str) else "the planner_scaling_policy entry"
 
 
-__all__ = ["planner_config"]
+__all__: list[str] = []

@@ -13,7 +13,7 @@ annotation and named in ``spica.dev/not-rendered``.
 YAML-1.1 boolean-looking strings quoted), JSON blobs on one line.
 
 This module checks the candidate and builds the document (frontend, workers, annotations);
-``manifest_options.py`` holds the options and default images, ``manifest_engines.py`` each engine's
+``manifest_options.py`` holds the options and default images, ``spica_core/engines`` each engine's
 flags, ``manifest_planner.py`` the Planner component and ``manifest_context.py`` the state the builders
 share.
 """
@@ -30,8 +30,9 @@ from spica_core.deployment import Candidate
 from spica_core.emit.crd import API_VERSION, KIND
 from spica_core.emit.crd_reading import GPU_RESOURCE, MAIN_CONTAINER, image_tag
 from spica_core.emit.crd_webhook import DNS_LABEL, NAMESPACE, QUALIFIED_NAME, SEMVER_TAG
-from spica_core.emit.manifest_context import _component, _Context, _env, _num, _Problems
-from spica_core.emit.manifest_engines import _host_memory, _kvbm_env, _sglang_args, _trtllm_args, _vllm_args
+from spica_core.engines import Launch, engine, num_arg
+from spica_core.emit.manifest_context import _component, _Context, _env, _Problems
+from spica_core.emit.manifest_kvbm import _host_memory, _kvbm_env
 from spica_core.emit.manifest_options import IMAGE_ENGINES, RUNTIME_REPOS, ManifestOptions, default_image
 from spica_core.emit.manifest_planner import _planner_component
 from spica_core.errors import SpicaError
@@ -211,7 +212,7 @@ def _frontend_component(ctx: _Context) -> dict[str, Any]:
             names.update(host_cache_hit_weight="DYN_ROUTER_HOST_CACHE_HIT_WEIGHT",
                          disk_cache_hit_weight="DYN_ROUTER_DISK_CACHE_HIT_WEIGHT")
         weights = router.weights()
-        env += [_env(var, _num(weights[knob])) for knob, var in names.items() if knob in weights]
+        env += [_env(var, num_arg(weights[knob])) for knob, var in names.items() if knob in weights]
     container: dict[str, Any] = {"name": MAIN_CONTAINER, "image": ctx.image, "env": env}
     if ctx.options.hf_token_secret:
         container["envFrom"] = [{"secretRef": {"name": ctx.options.hf_token_secret}}]
@@ -249,7 +250,8 @@ def _worker_component(ctx: _Context, role: str) -> dict[str, Any]:
     shape, knobs = rc.shape, c.engines[role]
     _check_shape(ctx, role, shape)
     nodes, per_pod = _layout(ctx, role, shape)
-    args = {"vllm": _vllm_args, "sglang": _sglang_args, "trtllm": _trtllm_args}[ctx.backend](ctx, role, shape, knobs)
+    args = engine(ctx.backend).args(Launch(c, role, shape, knobs, ctx.offloads(role), ctx.publishes_events(role),
+                                           ctx.notes, ctx.problems))
     env: list[dict[str, str]] = []
     resources: dict[str, Any] = {"limits": {GPU_RESOURCE: str(per_pod)}}
     if ctx.offloads(role):
@@ -341,7 +343,7 @@ def _annotations(ctx: _Context, rank: int | None, extra: Mapping[str, Any]) -> d
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             p.add("annotations", f"{key!r}: annotation values are strings (got {type(value).__name__})")
             continue
-        text = value if isinstance(value, str) else _num(value)
+        text = value if isinstance(value, str) else num_arg(value)
         if key in own and own[key] != text:
             p.add("annotations", f"{key!r} is set from the candidate ({own[key]!r}); the caller gave {text!r}")
             continue

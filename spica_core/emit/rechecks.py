@@ -29,12 +29,12 @@ from spica_core.config.model import SmartSearchConfig
 from spica_core.emit.records import CandidateRecord
 from spica_core.errors import SpicaError
 from spica_core.evaluate.bands import load_bands
-from spica_core.evaluate.evaluator import EvalRequest
+from spica_core.evaluate.evaluation import EvalRequest
 from spica_core.evaluate.headroom import headroom_job
 from spica_core.evaluate.jobs import Job, run_job, run_jobs
 from spica_core.evaluate import ReplaySpread, replay_is_exact, spread_job
 from spica_core.evaluate.scoring import attainment, reaches
-from spica_core.evaluate.workers import Evaluator
+from spica_core.evaluate.evaluator import Evaluator
 from spica_core.search.ranking import near_ties, order_key
 
 CHECK_CONFIDENCE = 0.9

@@ -15,7 +15,7 @@ from spica_core.emit.numbers import fmt
 from spica_core.emit.report_format import _feasible, _Goal, _seconds, _target_label
 from spica_core.emit.report_workload import trace_profile
 from spica_core.errors import SpicaError
-from spica_core.evaluate.evaluator import Status
+from spica_core.evaluate.evaluation import Status
 from spica_core.space.branches import config_strategy
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from spica_core.emit.numbers import fmt
 from spica_core.emit.records import Provenance
 from spica_core.emit.report_format import _table
-from spica_core.evaluate.evaluator import Status
+from spica_core.evaluate.evaluation import Status
 from spica_core.search.trials import Trial, reason_class
 
 if TYPE_CHECKING:

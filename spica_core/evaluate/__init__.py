@@ -15,8 +15,8 @@ _FROM: dict[str, str] = {
     **dict.fromkeys(("Band", "bands_from_dict", "bands_to_dict", "load_bands"), "bands"),
     **dict.fromkeys(("ClusterEvaluator",), "cluster"),
     **dict.fromkeys(("process_tree", "sigint_blocked", "start_child", "stop_processes"), "children"),
-    **dict.fromkeys(("EvalRequest", "evaluate_one", "Outcome", "Status"), "evaluator"),
-    **dict.fromkeys(("make_evaluator",), "evaluators"),
+    **dict.fromkeys(("EvalRequest", "evaluate_one", "Outcome", "Status"), "evaluation"),
+    **dict.fromkeys(("make_evaluator",), "placement"),
     **dict.fromkeys(("find_headroom", "headroom_job", "Headroom"), "headroom"),
     **dict.fromkeys(("Job", "run_job", "run_jobs"), "jobs"),
     **dict.fromkeys(("Metric", "METRICS", "OBJECTIVES", "derived_metrics", "metric_or_fallback", "objective_metric"),
@@ -30,7 +30,7 @@ _FROM: dict[str, str] = {
         "signed",
         "sla_kwargs",
     ), "scoring"),
-    **dict.fromkeys(("Evaluator", "POLL_S"), "workers"),
+    **dict.fromkeys(("Evaluator", "POLL_S"), "evaluator"),
 }
 
 
@@ -41,8 +41,8 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from spica_core.evaluate.bands import Band, bands_from_dict, bands_to_dict, load_bands
     from spica_core.evaluate.children import process_tree, sigint_blocked, start_child, stop_processes
     from spica_core.evaluate.cluster import ClusterEvaluator
-    from spica_core.evaluate.evaluator import EvalRequest, evaluate_one, Outcome, Status
-    from spica_core.evaluate.evaluators import make_evaluator
+    from spica_core.evaluate.evaluation import EvalRequest, evaluate_one, Outcome, Status
+    from spica_core.evaluate.placement import make_evaluator
     from spica_core.evaluate.headroom import find_headroom, headroom_job, Headroom
     from spica_core.evaluate.jobs import Job, run_job, run_jobs
     from spica_core.evaluate.metrics import (
@@ -55,7 +55,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
         attainment, avg_gpu, candidate_metrics, headline, is_feasible, meets_requirement, meets_sla, metric_value,
         minimised, objective_vector, raw_value, reaches, score_report, search_value, signed, sla_kwargs
     )
-    from spica_core.evaluate.workers import Evaluator, POLL_S
+    from spica_core.evaluate.evaluator import Evaluator, POLL_S
 
 __all__ = [
     "attainment", "avg_gpu", "Band", "bands_from_dict", "bands_to_dict", "candidate_metrics",

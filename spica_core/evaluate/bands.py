@@ -15,7 +15,6 @@ loosens an SLA.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from spica_core.errors import BandFileError
+from spica_core.evaluate.data_files import read_data_file
 
 BAND_FILE = Path(__file__).parent / "data" / "bands.json"
 BAND_SCHEMA = 1
@@ -146,21 +146,6 @@ def load_bands(path: str | Path | None = None) -> BandTable:
     return _load(str(Path(path) if path is not None else band_file()))
 
 
-def read_data_file(path: str, kind: str, schema: int, table: str, fix: str) -> dict[str, Any]:
-    """A shipped accuracy file (``kind``: band, serving) as JSON with its ``schema`` and a ``table`` mapping;
-    BandFileError names the file, what is wrong, and ``fix``."""
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BandFileError(f"{kind} file {path} is missing; {fix}") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise BandFileError(f"{kind} file {path} is unreadable ({type(exc).__name__}: {exc}); {fix}") from None
-    if not isinstance(doc, dict) or doc.get("schema") != schema or not isinstance(doc.get(table), dict):
-        raise BandFileError(f"{kind} file {path} is not a schema-{schema} {kind} file (it needs 'schema': "
-                            f"{schema} and a '{table}' mapping); {fix}")
-    return doc
-
-
 @lru_cache(maxsize=4)
 def _load(path: str) -> BandTable:
     fix = "regenerate it with `python bench/bench_accuracy.py`, or unset SPICA_BANDS_FILE"
@@ -183,5 +168,4 @@ def _load(path: str) -> BandTable:
 
 
 __all__ = ["Band", "BandTable", "Ratio", "BAND_FILE", "BAND_METRICS", "band_file", "load_bands", "group_keys",
-           "read_data_file",
            "bands_to_dict", "bands_from_dict"]

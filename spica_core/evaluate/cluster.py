@@ -38,10 +38,10 @@ from typing import Any
 from spica_core.errors import ClusterError, RemoteTaskError, WorkerLost
 from spica_core.evaluate.cluster_connect import _parse
 from spica_core.evaluate.dask_cluster import _DaskBackend
-from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status
+from spica_core.evaluate.evaluation import EvalRequest, Outcome, Status
 from spica_core.evaluate.jobs import evaluate_all
 from spica_core.evaluate.ray_cluster import _RayBackend
-from spica_core.evaluate.workers import POLL_S, WorkerGroup, late
+from spica_core.evaluate.evaluator import POLL_S, WorkerGroup, late
 
 log = logging.getLogger(__name__)
 

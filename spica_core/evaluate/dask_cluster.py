@@ -15,8 +15,8 @@ from typing import Any
 
 from spica_core.errors import ClusterError, RemoteTaskError, WorkerLost
 from spica_core.evaluate.cluster_connect import CONNECT_TIMEOUT_S, START_TIMEOUT_S, _engine, check_reachable
-from spica_core.evaluate.evaluator import EvalRequest, Outcome, evaluate_in_worker
-from spica_core.evaluate.workers import POLL_S, warm_engines
+from spica_core.evaluate.evaluation import EvalRequest, Outcome, evaluate_in_worker
+from spica_core.evaluate.evaluator import POLL_S, warm_engines
 
 log = logging.getLogger(__name__)
 

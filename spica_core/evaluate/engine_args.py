@@ -16,6 +16,7 @@ from spica_core.errors import InfeasibleKVCapacityError, RejectedEngineArgsError
 from spica_core.space.facts import model_facts
 from spica_core.space.parallel import Shape
 from spica_core.space.profiles import EngineShape, kv_blocks_per_rank, profile_path, timing_model
+from spica_core import engines
 from spica_core.deployment import Candidate, HostOffload, Router
 
 os.environ.setdefault("DYN_LOG", "error")
@@ -98,12 +99,7 @@ def role_payload(candidate: Candidate, role: str, *, num_gpu_blocks: int, profil
         "enable_prefix_caching": bool(knobs.enable_prefix_caching),
         "timing_model": timing_model(profile),
     }
-    if candidate.backend == "sglang":
-        # SGLang schedules prefill by its own two budgets, not max_num_batched_tokens; the manifest sets both
-        # per attention-DP rank from this knob (--chunked-prefill-size, --max-prefill-tokens), so the replay does
-        # too instead of the runtime's defaults (8,192 and 16,384)
-        tokens = int(knobs.max_num_batched_tokens)
-        engine["sglang"] = {"chunked_prefill_size": tokens, "max_prefill_tokens": tokens}
+    engine.update(engines.engine(candidate.backend).replay_settings(knobs))  # what the manifest's flags set too
     if context.aic_nextn:
         engine["aic_nextn"] = int(context.aic_nextn)
     if role == "prefill":

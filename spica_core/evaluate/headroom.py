@@ -20,7 +20,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from spica_core.evaluate.evaluator import EvalRequest, Outcome, evaluate_one
+from spica_core.evaluate.evaluation import EvalRequest, Outcome, evaluate_one
 from spica_core.evaluate.jobs import Job, run_job
 from spica_core.evaluate.scoring import attainment
 

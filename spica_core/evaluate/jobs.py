@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, TypeVar
 
-from spica_core.evaluate.evaluator import EvalRequest, Outcome, evaluate_one
-from spica_core.evaluate.workers import POLL_S, Evaluator
+from spica_core.evaluate.evaluation import EvalRequest, Outcome, evaluate_one
+from spica_core.evaluate.evaluator import POLL_S, Evaluator
 
 T = TypeVar("T")
 Job = Generator[Sequence[EvalRequest], Sequence[Outcome], T]

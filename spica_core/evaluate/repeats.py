@@ -11,7 +11,7 @@ offline (the replay's indexer is a single-threaded radix tree), nor does ``PYTHO
 replays of the same KV-router candidate, in one process or in two, differ by a few tenths of a percent.
 
 :func:`replay_spread` evaluates a candidate ``n`` times through the sweep's own path
-(:func:`~spica_core.evaluate.evaluator.evaluate_one`: the same engine arguments, planner policy,
+(:func:`~spica_core.evaluate.evaluation.evaluate_one`: the same engine arguments, planner policy,
 replay and score) and returns the min / median / max of the score and of mean TTFT and mean ITL, so
 the spread can go into the candidate's error band (``BandTable.bands(..., spread=s.band_spread())``).
 A round-robin candidate is replayed once: its spread is exactly zero.
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from spica_core.errors import SpicaError
 from spica_core.deployment import Candidate
-from spica_core.evaluate.evaluator import EvalRequest, Outcome
+from spica_core.evaluate.evaluation import EvalRequest, Outcome
 from spica_core.evaluate.jobs import Job, run_job
 
 DEFAULT_REPEATS = 3

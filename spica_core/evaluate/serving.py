@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from spica_core.errors import BandFileError
-from spica_core.evaluate.bands import read_data_file
+from spica_core.evaluate.data_files import read_data_file
 
 SERVING_FILE = Path(__file__).parent / "data" / "serving.json"
 SERVING_SCHEMA = 1

@@ -1,4 +1,5 @@
-"""The planner fields a candidate runs with, and what the planner knows about each role's engines."""
+"""The planner fields a candidate runs with, the PlannerConfig JSON a manifest carries for them (its keys and its
+rules), and what the planner knows about each role's engines."""
 from __future__ import annotations
 
 import math
@@ -13,6 +14,22 @@ PLANNER_DEFAULT_LOAD_INTERVAL_S = 5
 PLANNER_DEFAULT_THROUGHPUT_INTERVAL_S = 180
 # Without a swept winner (no throughput scaling, or a load-only policy) the planner forecasts the last value.
 CONSTANT_PREDICTOR: dict[str, Any] = {"load_predictor": "constant", "load_predictor_log1p": False}
+
+
+# PlannerConfig (ai-dynamo 1.6.1) fields a --config may carry: what ``planner_config`` writes and the manifest
+# check accepts. PlannerConfig silently drops unknown keys, so a typo would deploy the default instead.
+PLANNER_CONFIG_KEYS = frozenset({
+    "environment", "backend", "mode", "optimization_target", "pre_deployment_sweeping_mode",
+    "enable_throughput_scaling", "enable_load_scaling",
+    "throughput_adjustment_interval_seconds", "load_adjustment_interval_seconds",
+    "max_num_fpm_samples", "fpm_sample_bucket_size", "load_scaling_down_sensitivity", "load_min_observations",
+    "load_metric_samples", "load_predictor", "load_predictor_log1p", "prophet_window_size",
+    "kalman_q_level", "kalman_q_trend", "kalman_r", "kalman_min_points",
+    "max_gpu_budget", "min_gpu_budget", "min_endpoint", "prefill_min_endpoint", "decode_min_endpoint",
+    "prefill_engine_num_gpu", "decode_engine_num_gpu", "model_name", "speculative_nextn",
+    "ttft_ms", "itl_ms", "report_interval_hours", "live_dashboard_port",
+    "metric_pulling_prometheus_extra_query_params",
+})
 
 
 def planner_config_problems(*, load_on: bool, throughput_on: bool, load_interval_s: float | None,
@@ -127,4 +144,44 @@ class RoleCapability:
                    context_length=context_length, nextn=int(nextn or 0), profile=ra.profile)
 
 
-__all__ = ["PlannerSettings", "RoleCapability", "MAX_THROUGHPUT_SCALING_REPLICAS"]
+
+def planner_config(candidate: Candidate, settings: PlannerSettings) -> dict[str, Any]:
+    """The PlannerConfig (1.6.1) JSON from the settings the replay ran the planner with."""
+    ctx = candidate.context
+    out: dict[str, Any] = {
+        "environment": "kubernetes", "backend": candidate.backend, "mode": candidate.mode,
+        "optimization_target": settings.optimization_target, "pre_deployment_sweeping_mode": "none",
+        "enable_throughput_scaling": settings.enable_throughput_scaling,
+        "enable_load_scaling": settings.enable_load_scaling,
+        "throughput_adjustment_interval_seconds": _whole(settings.throughput_interval_s),
+        "load_adjustment_interval_seconds": _whole(settings.load_interval_s),
+        "max_num_fpm_samples": settings.max_num_fpm_samples, "fpm_sample_bucket_size": settings.fpm_sample_bucket_size,
+        "load_scaling_down_sensitivity": settings.load_scaling_down_sensitivity,
+        "load_min_observations": settings.load_min_observations,
+    }
+    if settings.enable_throughput_scaling:   # the predictor the replay forecast with (constant when none was swept)
+        out.update(settings.predictor)
+    out["max_gpu_budget"] = settings.max_gpu_budget
+    if ctx.min_gpu_budget is not None:
+        out["min_gpu_budget"] = settings.min_gpu_budget
+    if ctx.min_endpoint is not None:
+        out["min_endpoint"] = settings.min_endpoint
+    roles = candidate.parallel.roles
+    if candidate.mode == "disagg":
+        out["prefill_engine_num_gpu"] = roles["prefill"].shape.gpus
+    out["decode_engine_num_gpu"] = roles["decode" if candidate.mode == "disagg" else "agg"].shape.gpus
+    out["model_name"] = ctx.model_name
+    if ctx.aic_nextn:
+        out["speculative_nextn"] = ctx.aic_nextn
+    if settings.optimization_target == "sla":
+        out["ttft_ms"], out["itl_ms"] = settings.ttft_ms, settings.itl_ms
+    out["report_interval_hours"] = None
+    out["live_dashboard_port"] = 0
+    return out
+
+
+def _whole(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else float(value)
+
+__all__ = ["MAX_THROUGHPUT_SCALING_REPLICAS", "PLANNER_CONFIG_KEYS", "PlannerSettings", "RoleCapability",
+           "planner_config", "planner_config_problems"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 
-from spica_core.evaluate.workers import POLL_S, Evaluator
+from spica_core.evaluate.evaluator import POLL_S, Evaluator
 from spica_core.search.context import SearchContext
 from spica_core.search.rounds import ASK_POLL_S, BranchResult, BranchSearch
 from spica_core.search.trials import EvalCache, Trial

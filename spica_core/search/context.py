@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 from spica_core.config.model import SmartSearchConfig
 from spica_core.config.sweep import SweepPolicy
 from spica_core.deployment import Candidate
-from spica_core.evaluate.evaluator import EvalRequest, Outcome, Status
+from spica_core.evaluate.evaluation import EvalRequest, Outcome, Status
 from spica_core.evaluate.scoring import search_value
 from spica_core.store import fingerprint
 from spica_core.search.optimizer import OptimizerProcess

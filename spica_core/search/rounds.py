@@ -22,8 +22,8 @@ from typing import Any, Final
 
 from spica_core.config.model import SmartSearchConfig
 from spica_core.config.sweep import SweepPolicy
-from spica_core.evaluate.evaluator import Outcome, Status
-from spica_core.evaluate.workers import Evaluator
+from spica_core.evaluate.evaluation import Outcome, Status
+from spica_core.evaluate.evaluator import Evaluator
 from spica_core.search.context import SearchContext, cache_key, finite_or_infeasible
 from spica_core.search.costs import BATCH_ROUNDS, Costs
 from spica_core.search.suggesters import ATTEMPT_CAP_FACTOR, Proposal, Suggester, thorough_size

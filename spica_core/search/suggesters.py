@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from spica_core.evaluate.evaluator import Status
+from spica_core.evaluate.evaluation import Status
 from spica_core.search.candidates import CandidateSpace, Proposal
 from spica_core.search.costs import Costs
 from spica_core.search.optimizer import OptimizerProcess, RemoteStudy

@@ -12,7 +12,7 @@ from typing import Any
 
 from spica_core.evaluate.bands import Band, bands_from_dict, bands_to_dict
 from spica_core.deployment import Candidate
-from spica_core.evaluate.evaluator import Status
+from spica_core.evaluate.evaluation import Status
 from spica_core.store import canonical_json
 from spica_core.space.parallel import ParallelConfig
 from spica_core.space.projection import ProjectionRecord

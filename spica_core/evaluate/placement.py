@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from spica_core.evaluate.cluster import ClusterEvaluator
 from spica_core.evaluate.pool import EvalPool, SequentialEvaluator
-from spica_core.evaluate.workers import Evaluator
+from spica_core.evaluate.evaluator import Evaluator
 
 
 def make_evaluator(parallel_evals: int, max_eval_seconds: float | None,
