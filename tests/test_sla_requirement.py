@@ -281,6 +281,7 @@ def test_one_row_builder_feeds_the_cli_the_report_and_the_ui() -> None:
     from dataclasses import replace
 
     from spica_cli.sweep import candidate_table
+    from spica_core.emit.report import render_markdown
     from spica_core.emit.rows import candidate_row
     from tasks.ui import ui_row
     from tests.test_report import scalar_inputs
