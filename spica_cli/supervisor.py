@@ -104,6 +104,21 @@ class _Watch:
     def __init__(self, url: str | None, server: subprocess.Popen[bytes] | None):
         self.url, self.server = url, server
         self._checked = self._answered = time.monotonic()
+        self._warm = server is None
+
+    def warm_up(self) -> None:
+        """Once our server answers, make its first API call, which is slow (its lazy set-up): here, while the
+        child imports, rather than in the flow's first call."""
+        if self._warm or self.url is None:
+            return
+        import httpx
+
+        try:
+            if httpx.get(f"{self.url}/health", timeout=1.0).status_code == 200:
+                self._warm = True
+                httpx.get(f"{self.url}/admin/version", timeout=2.0)
+        except httpx.HTTPError:
+            pass
 
     def lost(self) -> str | None:
         if self.server is not None:
@@ -173,6 +188,7 @@ def _wait(child: subprocess.Popen[bytes], watch: _Watch, stops: list[int], run_d
         if kill_at is None and (why := watch.lost()) is not None:
             print(f"error: lost the Prefect API: {why}; {kept(run_dir)}", file=sys.stderr)
             return 2
+        watch.warm_up()
         time.sleep(TICK_S)
     if stops:
         newline = "\n" if sys.stderr.isatty() else ""
