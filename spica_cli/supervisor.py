@@ -166,9 +166,11 @@ def supervise(command: list[str], run_dir: Path) -> int:
             child.stdin.close()
         return _wait(child, _Watch(url, server), stops, run_dir)
     finally:
-        if child is not None:
-            stop_processes(process_tree(child.pid), grace=0.0)  # nothing is left of a child that exited
+        if child is not None:  # nothing is left of the child's tree: its descendants, and its session's group
+            stop_processes(process_tree(child.pid), grace=0.0)
             child.wait()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.pid, signal.SIGKILL)
         if server is not None:
             stop_processes([server.pid], SERVER_GRACE_S)
             server.wait()

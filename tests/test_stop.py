@@ -140,6 +140,16 @@ def test_a_silent_api_ends_the_sweep_with_one_error_line(
     assert _gone(int(Path(f"{out}.pid").read_text()))
 
 
+def test_nothing_of_a_finished_child_is_left_running(tmp_path: Path, remote: str) -> None:
+    """A child that exits leaving a process behind in its session (an orphan, reparented) does not leave it
+    running after the sweep."""
+    out = tmp_path / "orphan"
+    code = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+            f"open({str(out)!r}, 'w').write(str(p.pid))")
+    assert supervisor.supervise(_python(code), tmp_path) == 0
+    assert _gone(int(out.read_text()))
+
+
 def test_the_child_exit_code_is_the_sweeps(tmp_path: Path, remote: str) -> None:
     assert supervisor.supervise(_python("import sys; sys.exit(1)"), tmp_path) == 1
     assert supervisor.supervise(_python("import os, signal; os.kill(os.getpid(), signal.SIGKILL)"), tmp_path) == 137

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from spica_core.errors import SpicaError
 from spica_core.deployment import Candidate
-from spica_core.evaluate.evaluation import EvalRequest, Outcome
+from spica_core.evaluate.evaluation import EvalRequest
 from spica_core.evaluate.jobs import Job, run_job
 
 DEFAULT_REPEATS = 3
