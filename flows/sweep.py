@@ -104,4 +104,5 @@ def _search_and_rank(run: ValidatedRun, show_progress: bool) -> SweepSummary:
                         warnings=(*branch_set.warnings, *dropped), load_predictor_reason=predictor.reason,
                         load_predictor_winners=dict(predictor.best_by_interval),
                         report=str(emitted.report.markdown) if emitted.report else None,
-                        manifests=tuple(str(p) for p in emitted.manifests.values()), refused=dict(emitted.refused))
+                        manifests=tuple(str(p) for p in emitted.manifests.values()),
+                        plans=tuple(str(p) for p in emitted.plans.values()), refused=dict(emitted.refused))

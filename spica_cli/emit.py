@@ -1,4 +1,5 @@
-"""``spica emit RUN_DIR``: write the manifests again from a finished run, without replaying anything."""
+"""``spica emit RUN_DIR``: write the manifests and their benchmark plans again from a finished run, without
+replaying anything."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,6 +7,7 @@ from pathlib import Path
 from spica_cli.exits import EXIT_NO_RESULT, EXIT_OK
 from spica_cli.show import nothing_feasible
 from spica_core.emit import EmitOptions, FinishedRun, write_manifests
+from spica_core.emit.bench_plans import PLANS_DIR, write_plans
 from spica_core.emit.outputs import MANIFESTS_DIR
 
 
@@ -20,8 +22,10 @@ def emit_command(run_dir: str, top: int, all_: bool, out: str | None, image: str
     folder = Path(out) if out else run.run_dir.path / MANIFESTS_DIR
     provenance = run.records[0].provenance
     written, refused = write_manifests(folder, run.records, options, provenance)
+    plans = write_plans((Path(out) if out else run.run_dir.path) / PLANS_DIR, written, run.records, run.config,
+                        run.trace_file, provenance)
     for rank, path in written.items():
-        print(f"#{rank}: {path}")
+        print(f"#{rank}: {path}" + (f"  (benchmark plan: {plans[rank]})" if rank in plans else ""))
     for rank, why in refused.items():
         print(f"#{rank}: no manifest: {why}")
     return EXIT_OK if written else EXIT_NO_RESULT

@@ -115,6 +115,8 @@ def render_summary(summary: SweepSummary) -> str:
         lines.append(f"report: {summary.report} (and report.html)")
     if summary.manifests:
         lines.append("manifests: " + ", ".join(summary.manifests) + "  (kubectl apply -f FILE)")
+    if summary.plans:
+        lines.append("benchmark plans: " + ", ".join(summary.plans) + "  (AIPerf against the deployed frontend)")
     return "\n".join(lines)
 
 

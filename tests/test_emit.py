@@ -88,6 +88,9 @@ def test_a_sweep_emits_candidates_manifests_and_report_and_a_copy_can_be_shown_a
                    for c in doc["spec"]["components"] if c["type"] in ("worker", "prefill", "decode"))
         assert gpus == record.used_gpus
     assert not (run / "manifests" / f"rank-{len(records) + 1}.yaml").exists()
+    plans = sorted(p.name for p in (run / "benchmarks").glob("rank-*.sh"))   # a benchmark plan per manifest
+    assert plans == [f"rank-{r.rank}.sh" for r in records[:3]] and "benchmark plans: " in out
+    assert "aiperf profile" in (run / "benchmarks" / "rank-1.sh").read_text()
 
     report = (run / "report.md").read_text()
     assert "SLA: TTFT ≤ 2,000 ms, ITL ≤ 40 ms" in report and "## The winner and why" in report
@@ -105,6 +108,8 @@ def test_a_sweep_emits_candidates_manifests_and_report_and_a_copy_can_be_shown_a
     assert main(["emit", str(copy), "--top", "1", "--out", str(out_dir), "--namespace", "inference"]) == 0
     emitted = yaml.safe_load((out_dir / "rank-1.yaml").read_text())
     assert emitted["metadata"]["namespace"] == "inference" and not (out_dir / "rank-2.yaml").exists()
+    plan = (out_dir / "benchmarks" / "rank-1.sh").read_text()   # the plan follows the manifest's namespace
+    assert f"{emitted['metadata']['name']}-frontend.inference.svc.cluster.local:8000" in plan
     assert check_manifest(emitted, used_gpus=records[0].used_gpus) == []
 
 

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from spica_core.config.goal import OptimizationGoal
 from spica_core.config.model import SmartSearchConfig
+from spica_core.emit.bench_plans import PLANS_DIR, write_plans
 from spica_core.emit.aic_estimate import AICEstimate, aic_estimate
 from spica_core.emit.rechecks import ConfidenceCheck
 from spica_core.emit.crd import check_manifest
@@ -60,6 +61,7 @@ class Emitted:
     manifests: dict[int, Path]        # rank -> manifest file
     refused: dict[int, str]           # rank -> why no manifest could express it
     report: ReportFiles | None
+    plans: dict[int, Path] = field(default_factory=dict)   # rank -> benchmark plan (``bench_plans``)
 
     @classmethod
     def on_disk(cls, folder: Path, records: Sequence[CandidateRecord], options: EmitOptions) -> Emitted | None:
@@ -69,13 +71,18 @@ class Emitted:
         refusals = {rank: folder / MANIFESTS_DIR / f"rank-{rank}.refused.txt" for rank in chosen}
         if not all(manifests[r].is_file() or refusals[r].is_file() for r in chosen):
             return None
+        plans = {rank: folder / PLANS_DIR / f"rank-{rank}.sh" for rank in chosen if manifests[rank].is_file()}
+        unplanned = {rank: folder / PLANS_DIR / f"rank-{rank}.txt" for rank in plans}
+        if not all(plans[r].is_file() or unplanned[r].is_file() for r in plans):
+            return None
         markdown, html = folder / "report.md", folder / "report.html"
         if not (markdown.is_file() and html.is_file() and (folder / "candidates.json").is_file()
                 and (folder / "candidates.csv").is_file()):
             return None
         return cls(tuple(records), {r: p for r, p in manifests.items() if p.is_file()},
                    {r: p.read_text().strip() for r, p in refusals.items() if p.is_file()},
-                   ReportFiles(markdown, html, tuple(sorted((folder / "report").glob("*.png")))))
+                   ReportFiles(markdown, html, tuple(sorted((folder / "report").glob("*.png")))),
+                   {r: p for r, p in plans.items() if p.is_file()})
 
 
 def tally_dict(tally: Tally) -> dict[str, Any]:
@@ -188,8 +195,10 @@ def emit_outputs(run_dir: RunDir, records: Sequence[CandidateRecord], options: E
     folder = run_dir.path
     pareto = config.goal.is_pareto
     write_candidate_files(folder, records, pareto)
-    written, refused = write_manifests(manifests_dir or folder / MANIFESTS_DIR, records, options, provenance)
+    out = manifests_dir or folder / MANIFESTS_DIR
+    written, refused = write_manifests(out, records, options, provenance)
     trace = trace_file if trace_file is not None and trace_file.is_file() else None  # a copied run dir has none
+    plans = write_plans((out if manifests_dir else folder) / PLANS_DIR, written, records, config, trace, provenance)
     estimates = aic_estimates(records, config, trace)
     report = write_report(folder, ReportInputs(
         config=config, records=tuple(records), emitted=tuple(written),
@@ -198,7 +207,7 @@ def emit_outputs(run_dir: RunDir, records: Sequence[CandidateRecord], options: E
         trace_file=trace,
         aic=estimates, pareto=pareto, objectives=tuple(o.value for o in config.goal.objectives),
         confidence=confidence))
-    return Emitted(tuple(records), written, refused, report)
+    return Emitted(tuple(records), written, refused, report, plans)
 
 
 def load_records(run_dir: RunDir) -> list[CandidateRecord]:

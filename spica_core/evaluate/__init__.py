@@ -31,6 +31,8 @@ _FROM: dict[str, str] = {
         "sla_kwargs",
     ), "scoring"),
     **dict.fromkeys(("Evaluator", "POLL_S"), "evaluator"),
+    **dict.fromkeys(("spread_trace",), "replay_traces"),
+    **dict.fromkeys(("effective_in_flight_cap", "request_count", "synthetic_arrival_interval_ms"), "workload"),
 }
 
 
@@ -56,6 +58,8 @@ if TYPE_CHECKING:  # what type checkers and editors see
         minimised, objective_vector, raw_value, reaches, score_report, search_value, signed, sla_kwargs
     )
     from spica_core.evaluate.evaluator import Evaluator, POLL_S
+    from spica_core.evaluate.replay_traces import spread_trace
+    from spica_core.evaluate.workload import effective_in_flight_cap, request_count, synthetic_arrival_interval_ms
 
 __all__ = [
     "attainment", "avg_gpu", "Band", "bands_from_dict", "bands_to_dict", "candidate_metrics",
@@ -64,5 +68,6 @@ __all__ = [
     "make_evaluator", "Metric", "METRICS", "OBJECTIVES", "derived_metrics", "metric_or_fallback", "objective_metric",
     "meets_requirement", "meets_sla", "metric_value", "minimised", "objective_vector", "Outcome", "POLL_S",
     "raw_value", "reaches", "ReplaySpread", "replay_is_exact", "replay_spread", "run_job", "run_jobs", "score_report",
-    "search_value", "SequentialEvaluator", "signed", "sla_kwargs", "spread_job", "Status",
+    "search_value", "SequentialEvaluator", "signed", "sla_kwargs", "spread_job", "Status", "spread_trace",
+    "effective_in_flight_cap", "request_count", "synthetic_arrival_interval_ms",
 ]

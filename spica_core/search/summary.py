@@ -24,6 +24,7 @@ class SweepSummary:
     load_predictor_winners: dict[int, Any] = field(default_factory=dict)
     report: str | None = None                       # report.md, once the emit stage wrote it
     manifests: tuple[str, ...] = ()                 # one DynamoGraphDeployment file per emitted candidate
+    plans: tuple[str, ...] = ()                     # one benchmark plan (AIPerf) per manifest
     refused: dict[int, str] = field(default_factory=dict)  # rank -> why no manifest could express it
     required_attainment: float = 0.0                # goal.sla_attainment (0: the SLA is not a requirement)
 
