@@ -58,7 +58,7 @@ def test_a_closed_loop_plan_replays_the_synthetic_requests_at_the_sweeps_concurr
     assert args[0] == "profile" and _value(args, "--concurrency") == "64" and "--no-fixed-schedule" in args
     assert _value(args, "--custom-dataset-type") == "mooncake_trace" and "--fixed-schedule" not in args
     rows = [json.loads(line) for line in Path(_value(args, "--input-file")).read_text().splitlines()]
-    assert len(rows) == request_count(cfg.workload) == 640
+    assert len(rows) == request_count(cfg.workload) == 640 == int(_value(args, "--request-count"))
     assert all(3200 <= r["input_length"] <= 4000 and 160 <= r["output_length"] <= 200 for r in rows)
     assert len({r["input_length"] for r in rows}) > 1  # spread as the replay spread them
     doc = yaml.safe_load(next(iter(manifests.values())).read_text())
@@ -110,3 +110,66 @@ def test_traffic_a_plan_cannot_express_gets_a_note_not_a_plan(tmp_path: Path, wo
     assert plans == {} and manifests
     for rank in manifests:
         assert why in (tmp_path / "benchmarks" / f"rank-{rank}.txt").read_text()
+
+
+# ---------------------------------------------------------------- the real client
+
+AIPERF_BIN = Path(__file__).resolve().parents[1] / ".venv-aiperf" / "bin" / "aiperf"   # scripts/test.sh installs it
+
+
+def _word_level_tokenizer(folder: Path) -> Path:
+    """A Hugging Face tokenizer built here (nothing can be downloaded): whitespace words, unknown ones one token."""
+    vocab = {"[UNK]": 0, "[PAD]": 1, "word": 2}
+    special = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+                "special": True} for t, i in (("[UNK]", 0), ("[PAD]", 1))]
+    folder.mkdir(parents=True)
+    (folder / "tokenizer.json").write_text(json.dumps({
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": special, "normalizer": None,
+        "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None, "decoder": None,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}}))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]", "pad_token": "[PAD]"}))
+    return folder
+
+
+@pytest.mark.slow
+def test_the_real_aiperf_runs_a_plan_against_a_local_server_and_measures_what_it_sent(tmp_path: Path) -> None:
+    import socket
+    import sys
+    import time
+
+    import httpx
+
+    from tests.openai_fixture import MODEL
+
+    assert AIPERF_BIN.exists(), "scripts/test.sh installs AIPerf into .venv-aiperf"
+    plans, _ = _plans(tmp_path, {"isl": 60, "osl": 8, "concurrency": 2, "num_request_ratio": 3})
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    fixture = Path(__file__).with_name("openai_fixture.py")
+    server = subprocess.Popen([sys.executable, str(fixture), str(port), "40", "5"])
+    try:
+        end = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                assert time.monotonic() < end and server.poll() is None, "the fixture server did not start"
+                time.sleep(0.1)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HF_HUB_OFFLINE")}
+        env.update(PATH=f"{AIPERF_BIN.parent}:{os.environ['PATH']}", URL=f"http://127.0.0.1:{port}", MODEL=MODEL,
+                   TOKENIZER=str(_word_level_tokenizer(tmp_path / "tokenizer")), OUT=str(tmp_path / "measured"))
+        done = subprocess.run(["bash", str(plans[1])], env=env, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    finally:
+        server.terminate()
+        server.wait(30)
+    [folder] = list((tmp_path / "measured").iterdir())
+    export = json.loads((folder / "profile_export_aiperf.json").read_text())
+    assert export["request_count"]["avg"] == 6                    # each of the 2 × 3 replayed requests, once
+    assert export["input_sequence_length"]["avg"] == 60 and export["output_sequence_length"]["avg"] == 8
+    assert export["time_to_first_token"]["avg"] >= 40 and export["inter_token_latency"]["avg"] >= 5
+    assert json.loads((folder / PLAN_FILE).read_text())["rank"] == 1

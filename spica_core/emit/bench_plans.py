@@ -105,9 +105,10 @@ def _workload_file(config: SmartSearchConfig, record: CandidateRecord, trace_fil
     return spread_trace(int(w.isl), int(w.osl), count, float(w.length_spread), interval, out)
 
 
-def plan_script(target: Target, record: CandidateRecord, config: SmartSearchConfig, workload: str,
+def plan_script(target: Target, record: CandidateRecord, config: SmartSearchConfig, workload: str, requests: int,
                 provenance: Provenance | None = None, manifest: str = "") -> str:
-    """The shell script of one plan (``workload``: the trace file's name, next to the script)."""
+    """The shell script of one plan (``workload``: the trace file's name, next to the script, holding
+    ``requests`` requests: AIPerf sends each once, where it would otherwise wrap a short dataset)."""
     cap = _closed_loop(config, record)
     schedule = ([f"--concurrency {cap}", "--no-fixed-schedule"] if cap is not None
                 else ["--fixed-schedule", "--fixed-schedule-auto-offset"])
@@ -118,8 +119,8 @@ def plan_script(target: Target, record: CandidateRecord, config: SmartSearchConf
     command = " \\\n    ".join([
         "aiperf profile", '--model "$MODEL"', '--tokenizer "$TOKENIZER"', '--url "$URL"', "--endpoint-type chat",
         "--streaming", f'--input-file "$HERE"/{shlex.quote(workload)}', "--custom-dataset-type mooncake_trace",
-        f"--isl-block-size {TRACE_BLOCK_SIZE}", *schedule, "--extra-inputs ignore_eos:true",
-        f"--random-seed {config.sweep.seed}", '--artifact-dir "$OUT/$NAME"'])
+        f"--isl-block-size {TRACE_BLOCK_SIZE}", *schedule, f"--request-count {requests}",
+        "--extra-inputs ignore_eos:true", f"--random-seed {config.sweep.seed}", '--artifact-dir "$OUT/$NAME"'])
     return f"""#!/usr/bin/env bash
 # Spica benchmark plan: rank {record.rank}, deployed as {target.name}{f" ({manifest})" if manifest else ""}.
 # Replays the sweep's traffic ({workload}) against the deployed frontend with AIPerf ({AIPERF}):
@@ -159,8 +160,9 @@ def write_plans(out: Path, manifests: Mapping[int, Path], records: Sequence[Cand
             continue
         workload = _workload_file(config, record, trace_file, out)
         target = target_of(yaml.safe_load(path.read_text(encoding="utf-8")))
-        script = write_file(out / f"rank-{rank}.sh", plan_script(target, record, config, workload.name, provenance,
-                                                                 os.path.relpath(path, out)))
+        requests = sum(1 for line in workload.read_text(encoding="utf-8").splitlines() if line.strip())
+        script = write_file(out / f"rank-{rank}.sh", plan_script(target, record, config, workload.name, requests,
+                                                                 provenance, os.path.relpath(path, out)))
         script.chmod(0o755)
         written[rank] = script
     return written
