@@ -8,7 +8,8 @@ public parts:
 * The child (the same ``spica sweep`` command, with :data:`CHILD_ENV` set) runs the flow in its own session, so a
   Ctrl-C at the terminal or a SIGTERM to the group reaches only this process. This process passes one SIGINT on
   to the child, which unwinds as from any Ctrl-C: the flow records its end, the workers stop, and every finished
-  evaluation is already on disk. A child still alive :data:`GRACE_S` later is killed with its process tree.
+  evaluation is already on disk. A child still alive :data:`GRACE_S` later is killed with its process tree;
+  whatever a child leaves in its session when it exits is killed too.
 * Without a ``PREFECT_API_URL`` (environment or Prefect profile), this process starts the API server with
   Prefect's documented command, ``prefect server start --no-scheduler --no-late-runs --no-ui``, in its own
   session, on a free local port, and stops it after the child. Runs land in ``PREFECT_HOME``'s database, as
