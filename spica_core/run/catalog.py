@@ -152,7 +152,8 @@ _STAGES: Final = (
           "one CandidateRecord: an emitted candidate (the ranked list, or the Pareto front) with the run's tally "
           "and provenance",
           ("ranking", "options"), after=("ranking",),
-          companions=("candidates.json", "candidates.csv", "manifests/", "report.md", "report.html", "report/")),
+          companions=("candidates.json", "candidates.csv", "manifests/", "benchmarks/", "report.md", "report.html",
+                      "report/")),
 )
 
 CATALOG: Final[Mapping[str, Stage]] = {s.name: s for s in _STAGES}
