@@ -5,7 +5,8 @@
 Overwrites ``bench/results/orchestration.json`` and the ``bench_orchestration`` block of ``docs/benchmarks.md``:
 
 1. a finished run, re-run with the same command: its wall time (every stage read back, no replay),
-   with Prefect's temporary server and against an already running local server (target < 10 s);
+   with the sweep's own local API server (no PREFECT_API_URL) and against an already running local server
+   (target < 10 s);
 2. a sweep killed (SIGKILL to its process group) mid-round and run again to the end: evaluations
    repeated (a recorded evaluation replayed again; target 0), against an uninterrupted run of the
    same seed;
@@ -251,7 +252,7 @@ def write_docs(r: dict[str, Any]) -> None:
     lines = [f"{headline({'command': 'python bench/bench_orchestration.py', **r}, r['bench_wall_s'] / 60)}, "
              "on `examples/quickstart.yaml`:", "",
              f"- **Resume of a finished run** (same command again, every stage read back): "
-             f"**{res['resume_wall_s']:.1f} s** with Prefect's temporary server, "
+             f"**{res['resume_wall_s']:.1f} s** with the sweep's own local API server, "
              f"**{res['resume_wall_with_server_s']:.1f} s** against a running local server (target < 10 s; the "
              f"first run took {res['first_wall_s']:.1f} s).",
              f"- **Kill and resume** (SIGKILL to the sweep's process group after {kill['recorded_before_kill']} "
