@@ -65,10 +65,10 @@ _TIMED_IMPORTS = ("spica_cli.main", "spica_cli.sweep", "flows.sweep", "prefect",
                   "spica_core.planner", "spica_core.evaluate.pool", "prefect.server.api.server")
 _WRAP: dict[str, list[tuple[str, str]]] = {
     "spica_cli.main": [("cmd_sweep", "cmd_sweep")],
-    "spica_cli.sweep": [("sweep_command", "sweep_command"), ("_warm_up", "warm_up"), ("wait_for_api", "wait_for_api")],
+    "spica_cli.sweep": [("sweep_command", "sweep_command"), ("_warm_up", "warm_up")],
     "spica_core.run.identity": [("locate", "locate")],
     # (a missing one is skipped: older trees ran the flow in the CLI process itself)
-    "spica_cli.supervisor": [("sweep_api", "sweep_api")],
+    "spica_cli.supervisor": [("configured_api", "configured_api"), ("wait_for_api", "wait_for_api")],
     "flows.sweep": [("validate_config", "validate"), ("make_evaluator", "make_evaluator"),
                     ("enumerate_branches_task", "enumerate_branches"), ("kv_filter_task", "kv_filter"),
                     ("load_predictor_task", "load_predictor"), ("stored_trials", "stored_trials"),
@@ -256,7 +256,7 @@ def breakdown(marks: list[dict[str, Any]], t0: float, main_pid: int) -> dict[str
     stages = {
         "interpreter_start": at(cli, "python_started"),
         "cli_import": span(cli, "python_started", "import spica_cli.main:end"),
-        "cli_reads_prefect_settings": span(cli, "sweep_api:start", "sweep_api:end"),
+        "cli_reads_prefect_settings": span(cli, "configured_api:start", "configured_api:end"),
         "flow_process_started": None if flow_pid == main_pid else at(main, "python_started"),
         "import_spica_cli_sweep": span(main, "import spica_cli.sweep:start", "import spica_cli.sweep:end"),
         "locate_config_trace_identity": span(main, "locate:start", "locate:end"),

@@ -83,6 +83,33 @@ def start_server(url: str) -> subprocess.Popen[bytes]:
                             stdout=subprocess.DEVNULL, start_new_session=True)
 
 
+def health(url: str, timeout: float) -> int | None:
+    """The HTTP status of the Prefect API's ``/health`` at ``url``; None when nothing answers."""
+    import httpx
+
+    try:
+        return httpx.get(f"{url.rstrip('/')}/health", timeout=timeout).status_code
+    except httpx.TransportError:
+        return None
+
+
+def wait_for_api(url: str) -> None:
+    """In the child: until the Prefect API at ``url`` answers (its server may still be starting), within Prefect's
+    own start-up timeout for a temporary server, PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS."""
+    from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS
+
+    from spica_core.errors import SpicaError
+
+    timeout = float(PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value())
+    end = time.monotonic() + timeout
+    while health(url, 2.0) != 200:
+        if time.monotonic() >= end:
+            raise SpicaError(f"the Prefect API at {url} did not answer within {timeout:g} s (raise "
+                             "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS on a slow machine, or set "
+                             "PREFECT_API_URL to a running server)")
+        time.sleep(0.1)
+
+
 def read_api_url() -> str | None:
     """In the child, before Prefect is imported: the API URL the supervisor sends (None: Prefect's settings)."""
     url = sys.stdin.readline().strip()
@@ -110,16 +137,13 @@ class _Watch:
     def warm_up(self) -> None:
         """Once our server answers, make its first API call, which is slow (its lazy set-up): here, while the
         child imports, rather than in the flow's first call."""
-        if self._warm or self.url is None:
+        if self._warm or self.url is None or health(self.url, 1.0) != 200:
             return
         import httpx
 
-        try:
-            if httpx.get(f"{self.url}/health", timeout=1.0).status_code == 200:
-                self._warm = True
-                httpx.get(f"{self.url}/admin/version", timeout=2.0)
-        except httpx.HTTPError:
-            pass
+        self._warm = True
+        with contextlib.suppress(httpx.HTTPError):
+            httpx.get(f"{self.url}/admin/version", timeout=2.0)
 
     def lost(self) -> str | None:
         if self.server is not None:
@@ -129,15 +153,11 @@ class _Watch:
         now = time.monotonic()
         if self.url is None or now - self._checked < REMOTE_EVERY_S:
             return None
-        import httpx
-
         self._checked = now
-        try:
-            httpx.get(f"{self.url.rstrip('/')}/health", timeout=1.0)  # any HTTP answer means reachable
+        if health(self.url, 1.0) is not None:  # any HTTP answer means reachable
             self._answered = now
-        except httpx.TransportError:
-            if now - self._answered >= REMOTE_LOSS_S:
-                return f"{self.url} has not answered for {REMOTE_LOSS_S:g} s"
+        elif now - self._answered >= REMOTE_LOSS_S:
+            return f"{self.url} has not answered for {REMOTE_LOSS_S:g} s"
         return None
 
 
@@ -200,5 +220,5 @@ def _wait(child: subprocess.Popen[bytes], watch: _Watch, stops: list[int], run_d
     return child.returncode if child.returncode >= 0 else 128 - child.returncode
 
 
-__all__ = ["CHILD_ENV", "GRACE_S", "STOP_SIGNALS", "configured_api", "kept", "read_api_url", "start_server",
-           "supervise", "with_parent_death"]
+__all__ = ["CHILD_ENV", "GRACE_S", "STOP_SIGNALS", "configured_api", "health", "kept", "read_api_url",
+           "start_server", "supervise", "wait_for_api", "with_parent_death"]

@@ -162,31 +162,6 @@ def _child_command(config_path: str, runs_root: str, run_dir: str | None, seed: 
             *(part for flag, value in options.items() if value is not None for part in (flag, str(value)))]
 
 
-def wait_for_api(url: str) -> None:
-    """Until the Prefect API at ``url`` answers (its server may still be starting), within Prefect's own start-up
-    timeout for a temporary server, PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS."""
-    import time
-
-    import httpx
-    from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS
-
-    from spica_core.errors import SpicaError
-
-    timeout = float(PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value())
-    end = time.monotonic() + timeout
-    while True:
-        try:
-            if httpx.get(f"{url.rstrip('/')}/health", timeout=2.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        if time.monotonic() >= end:
-            raise SpicaError(f"the Prefect API at {url} did not answer within {timeout:g} s (raise "
-                             "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS on a slow machine, or set "
-                             "PREFECT_API_URL to a running server)")
-        time.sleep(0.1)
-
-
 def _quiet_unraisable() -> None:
     """A stop's KeyboardInterrupt raised where Python cannot raise (a gc callback, ``__del__``) is not printed as
     "Exception ignored"; the supervisor ends a child that carries on regardless."""
@@ -205,7 +180,7 @@ def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: i
     flow (``supervisor.py``); in that child, run it."""
     import os
 
-    from spica_cli.supervisor import CHILD_ENV, read_api_url, supervise
+    from spica_cli.supervisor import CHILD_ENV, read_api_url, supervise, wait_for_api
     from spica_core.run import lock
     from spica_core.run.identity import locate
 
