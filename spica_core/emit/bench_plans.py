@@ -82,27 +82,29 @@ def _closed_loop(config: SmartSearchConfig, record: CandidateRecord) -> int | No
     return effective_in_flight_cap(w, record.candidate.concurrency if w.kv_load_ratio is not None else None)
 
 
-def _workload_file(config: SmartSearchConfig, record: CandidateRecord, trace_file: Path | None, out: Path) -> Path:
-    """The mooncake trace of the requests the candidate's replay ran (shared by plans that replayed the same)."""
+def _trace_copy(config: SmartSearchConfig, trace_file: Path, out: Path) -> tuple[Path, int]:
+    """The run's trace with its arrivals divided by ``arrival_speedup_ratio``, as the replay divided them, and its
+    request count (written once, for every plan)."""
+    ratio = config.workload.arrival_speedup_ratio
+    lines = [line for line in trace_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if ratio != 1.0:
+        rows = [json.loads(line) for line in lines]
+        for row in rows:
+            row["timestamp"] = round(float(row.get("timestamp", 0)) / ratio, 3)
+        lines = [json.dumps(r, separators=(",", ":")) for r in rows]
+    return write_file(out / "trace.jsonl", "".join(line + "\n" for line in lines)), len(lines)
+
+
+def _synthetic_file(config: SmartSearchConfig, record: CandidateRecord, out: Path) -> tuple[Path, int]:
+    """The synthetic requests the candidate's replay ran, as a mooncake trace (``spread_trace`` writes each spec
+    once, so plans that replayed the same share it), and their count."""
     from spica_core.evaluate import request_count, spread_trace, synthetic_arrival_interval_ms
 
     w = config.workload
-    if w.is_trace:
-        assert trace_file is not None  # (_unplanned)
-        target = out / "trace.jsonl"
-        if w.arrival_speedup_ratio == 1.0:
-            text = trace_file.read_text(encoding="utf-8")
-        else:
-            rows = [json.loads(line) for line in trace_file.read_text(encoding="utf-8").splitlines() if line.strip()]
-            for row in rows:
-                row["timestamp"] = round(float(row.get("timestamp", 0)) / w.arrival_speedup_ratio, 3)
-            text = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows)
-        write_file(target, text)
-        return target
     cap = _closed_loop(config, record)
     count = request_count(w, record.candidate.concurrency if w.kv_load_ratio is not None else None)
     interval = 0.0 if cap is not None else synthetic_arrival_interval_ms(w)
-    return spread_trace(int(w.isl), int(w.osl), count, float(w.length_spread), interval, out)
+    return spread_trace(int(w.isl), int(w.osl), count, float(w.length_spread), interval, out), count
 
 
 def plan_script(target: Target, record: CandidateRecord, config: SmartSearchConfig, workload: str, requests: int,
@@ -150,6 +152,8 @@ def write_plans(out: Path, manifests: Mapping[int, Path], records: Sequence[Cand
     by_rank = {r.rank: r for r in records}
     written: dict[int, Path] = {}
     why = _unplanned(config, trace_file)
+    trace = (_trace_copy(config, trace_file, out)
+             if why is None and trace_file is not None and config.workload.is_trace and manifests else None)
     for rank, path in sorted(manifests.items()):
         if why is not None:
             write_file(out / f"rank-{rank}.txt", f"no benchmark plan: {why}\n")
@@ -158,9 +162,8 @@ def write_plans(out: Path, manifests: Mapping[int, Path], records: Sequence[Cand
         if config.workload.kv_load_ratio is not None and record.candidate.concurrency is None:
             write_file(out / f"rank-{rank}.txt", "no benchmark plan: the candidate's KV-load concurrency is unknown\n")
             continue
-        workload = _workload_file(config, record, trace_file, out)
+        workload, requests = trace or _synthetic_file(config, record, out)
         target = target_of(yaml.safe_load(path.read_text(encoding="utf-8")))
-        requests = sum(1 for line in workload.read_text(encoding="utf-8").splitlines() if line.strip())
         script = write_file(out / f"rank-{rank}.sh", plan_script(target, record, config, workload.name, requests,
                                                                  provenance, os.path.relpath(path, out)))
         script.chmod(0o755)
