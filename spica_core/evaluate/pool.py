@@ -24,9 +24,7 @@ from typing import Any
 from spica_core.errors import SpicaError, WorkerStoppedError
 from spica_core.evaluate.children import start_child, stop_processes
 from spica_core.evaluate.evaluation import EvalRequest, Outcome, Status, evaluate_in_worker, evaluate_one
-from spica_core.evaluate.evaluator import (
-    POLL_S, WorkerGroup, late, warm_engines,
-)
+from spica_core.evaluate.evaluator import POLL_S, WorkerGroup, late, warm_engines
 from spica_core.evaluate.jobs import evaluate_all
 
 TERM_GRACE_S = 1.0    # SIGTERM → SIGKILL
