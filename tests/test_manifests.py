@@ -208,6 +208,11 @@ def test_kv_router_needs_an_event_publisher_and_planner_keys_are_checked() -> No
     assert problem.startswith("spec.components[Frontend]: the KV router listens for KV events, but no agg or prefill "
                               "worker publishes them")
 
+    doc = _example("example-vllm-agg_router.yaml")   # a worker whose engine the command does not name
+    worker = main(by_name(doc, "VllmDecodeWorker"))
+    worker["command"] = ["/entrypoint.sh"]
+    assert "--kv-events-config" in worker["args"] and check_manifest(doc) == []   # its event flag still counts
+
     doc = _example("example-vllm-disagg_planner.yaml")
     planner = main(by_name(doc, "Planner"))
     config = json.loads(planner["args"][1])

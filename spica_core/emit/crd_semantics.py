@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from spica_core.emit.crd_reading import GPU_RESOURCE, WORKER_TYPES, _comp, _dicts, _get, _main, backend_of
-from spica_core.engines import engine, flag_value, instance_gpus
+from spica_core.engines import engine, flag_value, instance_gpus, publishes_events
 from spica_core.planner import PLANNER_CONFIG_KEYS, planner_config_problems
 
 
@@ -54,6 +54,8 @@ def _semantic_problems(spec: Mapping[str, Any], comps: list[tuple[int, Mapping[s
             if instance is not None and pod_gpus is not None and pod_gpus * nodes != instance:
                 out.append(f"{where}: a worker instance spans {instance} GPUs by its parallel flags, but the component "
                            f"gives it {pod_gpus} GPU(s) per pod × {nodes} node(s) = {pod_gpus * nodes}")
+            if ctype in ("worker", "prefill") and publishes_events(backend, args):
+                publishers.append(str(comp.get("name")))
             if backend is None:
                 continue
             module = engine(backend)
@@ -61,8 +63,6 @@ def _semantic_problems(spec: Mapping[str, Any], comps: list[tuple[int, Mapping[s
             if size is not None and ctype in ("prefill", "decode"):
                 block_sizes[ctype] = (str(comp.get("name")), size)
             out += [f"{where}: {problem}" for problem in module.problems(args)]
-            if ctype in ("worker", "prefill") and module.publishes_events(args):
-                publishers.append(str(comp.get("name")))
         elif ctype == "planner":
             out += _planner_problems(where, main)
     if len(block_sizes) == 2 and block_sizes["prefill"][1] != block_sizes["decode"][1]:

@@ -1,7 +1,7 @@
 """The serving engines, one module each (``vllm``, ``sglang``, ``trtllm``): the flags a manifest writes for a
 worker, how the manifest checks read them back, and the engine section the replay needs. A backend name is a key
 of :data:`ENGINES`; every module has the same names (``args``, ``block_size``, ``publishes_events``,
-``problems``, ``replay_settings``, ``PARALLEL_FLAGS``, ``INSTANCE_SIZES``)."""
+``problems``, ``replay_settings``, ``PARALLEL_FLAGS``, ``INSTANCE_SIZES``, ``EVENT_FLAGS``)."""
 from __future__ import annotations
 
 import math
@@ -19,6 +19,15 @@ def engine(backend: str) -> ModuleType:
     return ENGINES[backend]
 
 
+def publishes_events(backend: str | None, worker_args: list[str]) -> bool:
+    """Whether a worker publishes KV events for the KV router: by its engine's rules, or, for a container whose
+    engine cannot be read, by any engine's event flag."""
+    module = ENGINES.get(backend or "")
+    if module is not None:
+        return bool(module.publishes_events(worker_args))
+    return any(flag in worker_args for m in ENGINES.values() for flag in m.EVENT_FLAGS)
+
+
 def instance_gpus(backend: str | None, worker_args: list[str]) -> int | None:
     """GPUs of one worker instance from its parallel flags (None when they cannot be read)."""
     module = ENGINES.get(backend or "")
@@ -34,4 +43,4 @@ def instance_gpus(backend: str | None, worker_args: list[str]) -> int | None:
 
 
 __all__ = ["ENGINES", "Launch", "Problems", "engine", "flag_value", "instance_gpus", "int_flag", "json_arg",
-           "num_arg", "sglang", "trtllm", "vllm"]
+           "num_arg", "publishes_events", "sglang", "trtllm", "vllm"]

@@ -15,6 +15,7 @@ NAME = "sglang"
 PARALLEL_FLAGS: dict[str, tuple[str, ...]] = {"tp": ("--tp-size", "--tensor-parallel-size", "--tp"),
                                               "pp": ("--pp-size", "--pipeline-parallel-size"),
                                               "dp": ("--dp-size",), "ep": ("--ep-size",)}
+EVENT_FLAGS = ("--kv-events-config",)
 INSTANCE_SIZES = ("tp", "pp")
 FP8_KV_DTYPE = "fp8_e4m3"
 BOOTSTRAP_PORT = 12345
@@ -51,7 +52,7 @@ def args(launch: Launch) -> list[str]:
         out += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "nixl",
                 "--disaggregation-bootstrap-port", str(BOOTSTRAP_PORT), "--host", "0.0.0.0"]
     if launch.publishes_events:
-        out += ["--kv-events-config", json_arg(KV_EVENTS)]
+        out += [EVENT_FLAGS[0], json_arg(KV_EVENTS)]
     return out
 
 
@@ -69,12 +70,12 @@ def block_size(worker_args: list[str]) -> int | None:
 
 def publishes_events(worker_args: list[str]) -> bool:
     """Whether the worker publishes KV events for the KV router (with the radix cache off, SGLang has none)."""
-    return "--kv-events-config" in worker_args and "--disable-radix-cache" not in worker_args
+    return EVENT_FLAGS[0] in worker_args and "--disable-radix-cache" not in worker_args
 
 
 def problems(worker_args: list[str]) -> list[str]:
     """What a worker's arguments get wrong for SGLang."""
-    if "--kv-events-config" in worker_args and not publishes_events(worker_args):
+    if EVENT_FLAGS[0] in worker_args and not publishes_events(worker_args):
         return ["publishes KV events with the radix cache off (SGLang publishes none)"]
     return []
 

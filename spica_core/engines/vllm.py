@@ -14,6 +14,7 @@ NAME = "vllm"
 PARALLEL_FLAGS: dict[str, tuple[str, ...]] = {"tp": ("--tensor-parallel-size", "-tp"),
                                               "pp": ("--pipeline-parallel-size", "-pp"),
                                               "dp": ("--data-parallel-size", "-dp")}
+EVENT_FLAGS = ("--kv-events-config",)
 INSTANCE_SIZES = ("tp", "pp", "dp")
 FP8_KV_DTYPE = "fp8"
 KV_EVENTS = {"publisher": "zmq", "topic": "kv-events", "endpoint": "tcp://*:20080", "enable_kv_cache_events": True}
@@ -52,7 +53,7 @@ def args(launch: Launch) -> list[str]:
     elif role != "agg":
         out += ["--kv-transfer-config", json_arg(NIXL_CONNECTOR)]
     if launch.publishes_events:
-        out += ["--kv-events-config", json_arg(KV_EVENTS)]
+        out += [EVENT_FLAGS[0], json_arg(KV_EVENTS)]
     return out
 
 
@@ -63,12 +64,12 @@ def block_size(worker_args: list[str]) -> int | None:
 
 def publishes_events(worker_args: list[str]) -> bool:
     """Whether the worker publishes KV events for the KV router (with prefix caching off, vLLM has none)."""
-    return "--kv-events-config" in worker_args and "--no-enable-prefix-caching" not in worker_args
+    return EVENT_FLAGS[0] in worker_args and "--no-enable-prefix-caching" not in worker_args
 
 
 def problems(worker_args: list[str]) -> list[str]:
     """What a worker's arguments get wrong for vLLM."""
-    if "--kv-events-config" in worker_args and not publishes_events(worker_args):
+    if EVENT_FLAGS[0] in worker_args and not publishes_events(worker_args):
         return ["publishes KV events with prefix caching off (vLLM publishes none)"]
     return []
 
