@@ -46,16 +46,18 @@ REMOTE_LOSS_S = 20.0     # PREFECT_API_URL's server silent this long: the API is
 REMOTE_EVERY_S = 2.0
 TICK_S = 0.1
 
-# Run argv[1:] so that it gets a signal when its parent dies (prctl PR_SET_PDEATHSIG = 1, kept across exec).
+# Run argv[3:] so that it gets signal argv[1] when its parent dies (prctl PR_SET_PDEATHSIG = 1, kept across exec);
+# a parent (pid argv[2]) that died before the prctl sends nothing, so that case gets the signal at once.
 _PARENT_DEATH = ("import ctypes, os, sys\n"
                  "try:\n    ctypes.CDLL(None, use_errno=True).prctl(1, int(sys.argv[1]))\n"
                  "except (AttributeError, OSError):\n    pass\n"
-                 "os.execv(sys.argv[2], sys.argv[2:])\n")
+                 "if os.getppid() != int(sys.argv[2]):\n    os.kill(os.getpid(), int(sys.argv[1]))\n"
+                 "os.execv(sys.argv[3], sys.argv[3:])\n")
 
 
 def with_parent_death(command: list[str], signum: int) -> list[str]:
     """``command`` (starting with an executable's path) so that it receives ``signum`` when this process dies."""
-    return [sys.executable, "-c", _PARENT_DEATH, str(int(signum)), *command]
+    return [sys.executable, "-c", _PARENT_DEATH, str(int(signum)), str(os.getpid()), *command]
 
 
 def configured_api() -> tuple[str | None, bool]:

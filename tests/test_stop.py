@@ -50,13 +50,15 @@ def _gone(pid: int, within_s: float = 10.0) -> bool:
     return False
 
 
-def test_a_child_started_with_parent_death_ends_with_its_parent(tmp_path: Path) -> None:
+@pytest.mark.parametrize("parent_lives_s", [0.0, 0.5])
+def test_a_child_started_with_parent_death_ends_with_its_parent(tmp_path: Path, parent_lives_s: float) -> None:
+    """Whether the parent exits before the child set its parent-death signal (0 s) or after it exec'd (0.5 s)."""
     pid_file = tmp_path / "pid"
     parent = ("import subprocess, sys, time\n"
               "from spica_cli.supervisor import with_parent_death\n"
               f"p = subprocess.Popen(with_parent_death([sys.executable, '-c', 'import time; time.sleep(60)'], 15))\n"
               f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
-              "time.sleep(0.5)\n")  # the child has exec'd its command by now; then this parent exits
+              f"time.sleep({parent_lives_s})\n")
     subprocess.run(_python(parent), cwd=REPO, check=True, timeout=60)
     grandchild = int(pid_file.read_text())
     assert _gone(grandchild), "the child outlived its parent"
