@@ -226,7 +226,7 @@ def write_docs(doc: dict[str, Any], path: Path = DOC) -> None:
     L += ["## How rows were replayed", "",
           "Each covered row becomes one fully pinned Spica config (stored as `config` on the row in "
           "`bench/results/accuracy.json`) and goes through `spica evaluate`'s own path: "
-          "`SmartSearchConfig` → `load_inputs` → `spica_cli.evaluate.build_request` → "
+          "`SmartSearchConfig` → `load_inputs` → `spica_core.evaluate.pinned_request` → "
           "`EvalPool`/`spica_core.evaluate.evaluate_one` (AIC profile, KV capacity, runtime-validated engine args, "
           "replay). `predicted` is the report's `mean_ttft_ms` and `mean_itl_ms`, the numbers `spica evaluate` "
           "prints.", "",

@@ -18,8 +18,8 @@ CONFIG_PATH = REPO / "accuracy-row.yaml"   # never written: trace paths in confi
 
 
 def build(config_dict: dict[str, Any]) -> tuple[Any, Any]:
-    """(SmartSearchConfig, EvalRequest) exactly as ``spica evaluate`` builds them (load_inputs + build_request)."""
-    from spica_cli.evaluate import build_request
+    """(SmartSearchConfig, EvalRequest) exactly as ``spica evaluate`` builds them (load_inputs + pinned_request)."""
+    from spica_core.evaluate import pinned_request
     from spica_core.config.model import SmartSearchConfig
     from spica_core.run.inputs import load_inputs
 
@@ -29,7 +29,7 @@ def build(config_dict: dict[str, Any]) -> tuple[Any, Any]:
         config = load_inputs(SmartSearchConfig.from_dict(config_dict)).config
     finally:
         os.chdir(cwd)
-    return config, build_request(config, str(CONFIG_PATH))
+    return config, pinned_request(config, CONFIG_PATH.parent)
 
 
 def evaluate_row(task: dict[str, Any]) -> dict[str, Any]:

@@ -2,10 +2,11 @@
 
 Every row of ``systems/silicon_sample.csv`` that Spica can express (bundled model, SKU, backend,
 precision, parallel shape; disagg with worker counts) is replayed through ``spica evaluate``'s own
-path (SmartSearchConfig → build_request → EvalPool/evaluate_one) with a config that reproduces how
-the row was measured (see bench/accuracy_rows.py and docs/accuracy.md). Output: ``bench/results/accuracy.json``
-(overwritten), and from it ``spica_core/evaluate/data/serving.json`` and ``bands.json``, ``docs/accuracy.md``,
-``docs/img/accuracy_*.png`` and the ``accuracy`` block of ``docs/benchmarks.md``. Partial runs (``--limit``,
+path (SmartSearchConfig → pinned_request → EvalPool/evaluate_one) with a config that reproduces how
+the row was measured (see spica_core/calibrate/silicon.py and docs/accuracy.md). Output:
+``bench/results/accuracy.json`` (overwritten), and from it ``spica_core/evaluate/data/serving.json`` and
+``bands.json``, ``docs/accuracy.md``, ``docs/img/accuracy_*.png`` and the ``accuracy`` block of
+``docs/benchmarks.md``. Partial runs (``--limit``,
 ``--rows-matching``) and shards write under ``bench/traces/`` (scratch, not kept) and ship nothing.
 AISimulate's predictions are cached in ``bench/results/aisim_cache.json`` (``bench/peer_aisim.py``).
 
@@ -34,8 +35,9 @@ os.environ.setdefault("DYN_LOG", "error")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.accuracy_rows import (REPO, RowPlan, bands, checkpoint_of, load_rows, make_config, plan_row,  # noqa: E402
-                                 silicon_csv, summarize)
+from bench.accuracy_rows import REPO, bands, summarize  # noqa: E402
+from spica_core.calibrate.silicon import (RowPlan, checkpoint_of, load_rows, make_config, pin_problem, plan_row,  # noqa: E402
+                                          silicon_csv)
 
 RESULTS = REPO / "bench" / "results"
 OUT = RESULTS / "accuracy.json"
@@ -61,34 +63,6 @@ def quantization_available() -> bool:
     return "quantization" in SearchSpace.model_fields
 
 
-def legal_check(plan: RowPlan) -> str | None:
-    """Spica's own stage-1 answer for the pin (perf DB, replay support, enumeration rules), and the precision."""
-    from spica_core.config.model import SmartSearchConfig
-    from spica_core.space.branches import legal_space
-
-    try:
-        cfg = SmartSearchConfig.from_dict(make_config(plan))
-        space = legal_space(cfg)
-    except Exception as exc:  # noqa: BLE001 - a config Spica refuses is a skipped row
-        return f"config refused: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-    sp = space.spaces[0]
-    if sp.dropped_reason:
-        return f"not expressible: {sp.dropped_reason}"
-    reasons = [r for r in sp.pin_reasons.values() if r]
-    if reasons:
-        return f"pin not legal: {reasons[0]}"
-    if plan.quantization is not None:
-        try:
-            from spica_core.space.precision import precision_problem
-
-            why = precision_problem(plan.model, plan.row.system, plan.row.backend, sp.version, plan.quantization)
-        except Exception as exc:  # noqa: BLE001
-            why = f"{type(exc).__name__}: {exc}"
-        if why:
-            return f"precision: {why}"
-    return None
-
-
 def coverage() -> tuple[list[RowPlan], list[dict[str, str]], int]:
     from spica_core.space.facts import bundled_models
 
@@ -101,7 +75,7 @@ def coverage() -> tuple[list[RowPlan], list[dict[str, str]], int]:
     def legal(plan: RowPlan) -> str | None:
         key = json.dumps([plan.model, plan.row.system, plan.row.backend, plan.mode, plan.parallel, plan.quantization])
         if key not in cache:
-            cache[key] = legal_check(plan)
+            cache[key] = pin_problem(plan)
         return cache[key]
 
     for row in rows:

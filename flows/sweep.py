@@ -14,7 +14,7 @@ from spica_core.search import (
 )
 from tasks.emit import emit_task
 from tasks.load_predictor import load_predictor_task
-from tasks.search import rank_task, search_task, stored_trials
+from tasks.search import rank_task, reuse_replays, search_task, stored_trials
 from tasks.space import enumerate_branches_task, kv_filter_task
 from tasks.stage import one_line
 from tasks.ui import UIProgress, publish_summary
@@ -24,7 +24,7 @@ from tasks.validate import ValidatedRun, validate_config
 @flow(name="spica-sweep", log_prints=True)
 def sweep(config: SmartSearchConfig | None = None, config_path: str | None = None, runs_root: str = "runs",
           run_dir: str | None = None, seed: int | None = None, from_stage: StageName | None = None,
-          warm_start: str | None = None, cluster: str | None = None,
+          warm_start: str | None = None, cluster: str | None = None, calibration: str | None = None,
           show_progress: bool = False) -> SweepSummary | State:
     """Find the best Dynamo deployment: validate → enumerate branches → KV filter, load-predictor sub-sweep →
     search rounds → rank / Pareto → emit candidates, manifests and the report.
@@ -45,11 +45,14 @@ def sweep(config: SmartSearchConfig | None = None, config_path: str | None = Non
             prior; no score is carried over into this run.
         cluster: Overrides sweep.cluster: run the evaluations on an existing Dask (tcp://HOST:PORT) or Ray
             (ray://HOST:PORT) cluster instead of local processes; not part of the run's identity.
+        calibration: Overrides goal.calibration: a calibration file written by `spica calibrate`. Its content
+            is part of the run's identity; the same config's uncalibrated run lends it every replay it holds.
         show_progress: Draw a progress bar on the terminal (for `spica sweep`; the UI has its own artifact).
     """
     try:
         # validate locks the run folder
-        run = validate_config(config_path, runs_root, run_dir, seed, config, from_stage, warm_start, cluster)
+        run = validate_config(config_path, runs_root, run_dir, seed, config, from_stage, warm_start, cluster,
+                              calibration)
         try:
             return _search_and_rank(run, show_progress)
         finally:
@@ -68,7 +71,8 @@ def _search_and_rank(run: ValidatedRun, show_progress: bool) -> SweepSummary:
         branch_set = kv_filter_task(enumerate_branches_task(config, run.run_dir), run.run_dir)
         predictor = load_predictor_task(run)
         context = SearchContext(config, str(run.trace_file) if run.trace_file else None, predictor,
-                                warm_start=run.warm_start, optimizer=optimizer)
+                                warm_start=run.warm_start, optimizer=optimizer, calibration=run.calibration)
+        reuse_replays(run, context)  # a calibrated run starts from its uncalibrated run's replays, scored again
         done = stored_trials(run.run_dir, context)  # a resumed run starts from what is already done
         cache = EvalCache.of(done)
         _, target = round_plan(branch_set.branches, config)

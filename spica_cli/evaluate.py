@@ -1,4 +1,5 @@
-"""``spica evaluate CONFIG [--json]``: replay one fully pinned candidate and print what it scores.
+"""``spica evaluate CONFIG [--json] [--calibration FILE]``: replay one fully pinned candidate and print what it
+scores (under the calibration, when one is given, with the replay's own numbers beside it).
 
 Every knob that applies to the candidate must have one value and ``parallel_configs`` one entry;
 otherwise the command names the knobs that still have several values. The candidate runs through
@@ -14,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from spica_cli.exits import EXIT_NO_RESULT, EXIT_OK
-from spica_core.errors import SpicaError
 
 
 HEADLINE_ROWS = ("output_throughput_tok_s", "output_throughput_tok_s_per_gpu", "mean_output_token_throughput_per_user",
@@ -22,55 +22,6 @@ HEADLINE_ROWS = ("output_throughput_tok_s", "output_throughput_tok_s_per_gpu", "
                  "mean_e2e_latency_ms", "p99_e2e_latency_ms", "goodput_output_throughput_tok_s",
                  "goodput_request_throughput_rps", "prefix_cache_reused_ratio", "gpu_hours", "avg_gpus",
                  "completed_requests", "planner_total_ticks")
-
-
-def unpinned_knobs(config: Any) -> list[str]:
-    """Knobs that apply to the single candidate (after pruning) but still list several values."""
-    from spica_core.config.pruning import branch_knob_choices
-    from spica_core.config.policies import scaling_flags
-
-    space = config.search_space
-    multi: list[str] = []
-    if len(space.deployment_mode) > 1:
-        multi.append(f"deployment_mode ({len(space.deployment_mode)} values: {space.deployment_mode})")
-    if len(space.parallel_configs) != 1:
-        multi.append(f"parallel_configs ({len(space.parallel_configs) or 'none: derived'}; give exactly one entry)")
-    for mode in space.deployment_mode:
-        knobs, ranges = branch_knob_choices(config, mode, space.backend)
-        for name, values in knobs.items():
-            entry = f"{name} ({len(values)} values: {values})"
-            if len(values) > 1 and entry not in multi:
-                multi.append(entry)
-        for name in ranges:
-            multi.append(f"workload.{name} (a range {config.workload.kv_load_ratio}; give one ratio)")
-    policies = space.planner_scaling_policy
-    if len(policies) == 1 and scaling_flags(policies[0])[0] and len(space.load_predictor_candidates) > 1:
-        multi.append(f"load_predictor_candidates ({len(space.load_predictor_candidates)} values: "
-                     f"{space.load_predictor_candidates})")
-    return multi
-
-
-def build_request(config: Any, config_path: str) -> Any:
-    """The single candidate of a fully pinned config as an EvalRequest."""
-    from spica_core.config.knobs import decode_composite
-    from spica_core.deployment import Candidate
-    from spica_core.evaluate import EvalRequest
-    from spica_core.space.parallel import ParallelConfig
-
-    multi = unpinned_knobs(config)
-    if multi:
-        raise SpicaError("spica evaluate needs a fully pinned config; these knobs still have several values:\n  - "
-                         + "\n  - ".join(multi))
-    space = config.search_space
-    mode = space.deployment_mode[0]
-    pc = ParallelConfig.from_dict(mode, space.parallel_configs[0].model_dump())
-    predictor = None
-    flags = decode_composite("planner_scaling_policy", space.planner_scaling_policy[0])
-    if flags["enable_throughput_scaling"]:
-        predictor = {int(flags["throughput_adjustment_interval_seconds"]): space.load_predictor_candidates[0]}
-    candidate = Candidate.unroll(space, {"deployment_mode": mode}, pc, predictor)
-    trace = config.trace_file(Path(config_path).parent)
-    return EvalRequest.from_config(config, candidate, trace_file=str(trace) if trace else None, eval_id="evaluate")
 
 
 def _fmt(value: Any) -> str:
@@ -97,6 +48,12 @@ def render_text(outcome: Any, goal: Any, headroom: Any = None) -> str:
             if key in head:
                 metric = METRICS[key]
                 lines.append(f"  {metric.label:<20} {_fmt(head[key]):>14} {metric.unit}")
+        if outcome.calibration is not None:
+            lines.append(f"calibration: {outcome.calibration.text()}")
+            for key, label in (("mean_ttft_ms", "TTFT"), ("mean_itl_ms", "ITL")):
+                if key in outcome.uncalibrated and key in outcome.metrics:
+                    lines.append(f"  {label:<20} {_fmt(outcome.metrics[key]):>14} ms calibrated, "
+                                 f"{_fmt(outcome.uncalibrated[key])} ms replayed")
         for key, label in (("ttft_ms", "TTFT"), ("itl_ms", "ITL")):
             band = outcome.bands.get(key)
             if band is not None:
@@ -134,18 +91,21 @@ def render_json(outcome: Any, goal: Any, headroom: Any = None) -> str:
             "attainment": attainment(outcome.report) if outcome.feasible and goal.sla else None,
             "meets_sla": meets_sla(goal, outcome.report) if outcome.feasible else None,
             "planner": {k: v for k, v in outcome.planner.items() if k != "decisions"} if outcome.planner else None,
+            "calibration": outcome.calibration.to_dict() if outcome.calibration else None,
+            "uncalibrated_metrics": outcome.uncalibrated or None,
             "timings": outcome.timings}
     return json.dumps(body, indent=2, sort_keys=True, default=str)
 
 
-def evaluate_command(config_path: str, as_json: bool) -> int:
+def evaluate_command(config_path: str, as_json: bool, calibration: str | None = None) -> int:
     """Evaluate the one candidate a pinned config describes; 0 feasible, 1 infeasible/failed, 2 user error."""
     os.environ.setdefault("DYN_LOG", "error")
-    from spica_core.evaluate import EvalPool, evaluate_one
+    from spica_core.evaluate import EvalPool, evaluate_one, pinned_request
     from spica_core.run.inputs import load_inputs
 
-    config = load_inputs(config_path).config
-    request = build_request(config, config_path)
+    inputs = load_inputs(config_path, calibration=calibration)
+    config = inputs.config
+    request = pinned_request(config, Path(config_path).parent, inputs.calibration)
     if config.sweep.max_eval_seconds is not None and config.sweep.parallel_evals != 1:
         with EvalPool(1, config.sweep.max_eval_seconds) as pool:
             outcome = pool.evaluate_batch([request])[0]
@@ -160,4 +120,4 @@ def evaluate_command(config_path: str, as_json: bool) -> int:
     return EXIT_OK if outcome.feasible else EXIT_NO_RESULT
 
 
-__all__ = ["evaluate_command", "unpinned_knobs", "build_request", "render_text", "render_json"]
+__all__ = ["evaluate_command", "render_text", "render_json"]

@@ -56,14 +56,20 @@ def cmd_space(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from spica_cli.evaluate import evaluate_command
 
-    return evaluate_command(args.config, args.json)
+    return evaluate_command(args.config, args.json, args.calibration)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from spica_cli.sweep import sweep_command
 
     return sweep_command(args.config, args.runs_root, args.run_dir, args.seed, args.from_stage, args.warm_start,
-                         args.cluster)
+                         args.cluster, args.calibration)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from spica_cli.calibrate import calibrate_command
+
+    return calibrate_command(args.measurements, args.out, args.run)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -81,7 +87,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from spica_cli.show import show_command
 
-    return show_command(args.run_dir)
+    return show_command(args.run_dir, args.calibration, args.json)
 
 
 def cmd_emit(args: argparse.Namespace) -> int:
@@ -108,6 +114,8 @@ def _int_at_least(minimum: int, option: str = "") -> Callable[[str], int]:
 
 
 _positive = _int_at_least(1)
+CALIBRATION_HELP = ("a calibration file written by `spica calibrate`: corrects the latencies, bands and SLA count of "
+                    "the groups it measured; overrides goal.calibration")
 _seed = _int_at_least(0, "--seed")
 
 
@@ -127,8 +135,17 @@ def build_parser() -> argparse.ArgumentParser:
     add("schema", cmd_schema, "print the JSON Schema of the config", config=False)
     add("space", cmd_space, "list the deployments a config may try, per mode and backend").add_argument(
         "--json", action="store_true", help="machine-readable output (see docs/space.md)")
-    add("evaluate", cmd_evaluate, "replay one fully pinned candidate and print its metrics and score").add_argument(
-        "--json", action="store_true", help="one JSON object instead of text")
+    p = add("evaluate", cmd_evaluate, "replay one fully pinned candidate and print its metrics and score")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    p.add_argument("--calibration", default=None, metavar="FILE", help=CALIBRATION_HELP)
+    p = add("calibrate", cmd_calibrate, "turn measurements on your own GPUs (AIPerf exports of the benchmark plans, "
+            "or silicon-format CSV rows) into a calibration file", config=False)
+    p.add_argument("measurements", nargs="+", metavar="MEASUREMENTS",
+                   help="AIPerf export folders or profile_export_aiperf.json files written by benchmarks/rank-N.sh, "
+                        "or CSV files in the columns of aiconfigurator-core's systems/silicon_sample.csv")
+    p.add_argument("--out", required=True, metavar="FILE", help="the calibration file to write (JSON)")
+    p.add_argument("--run", default=None, metavar="RUN_DIR",
+                   help="the run whose plans made the AIPerf exports (default: the run folder an export sits in)")
     p = add("sweep", cmd_sweep, "run the sweep flow and write its artifacts under runs/<run id>/")
     p.add_argument("--run-dir", default=None, help="write the run here instead of runs/<run id>/")
     p.add_argument("--runs-root", default="runs", help="parent folder of run folders (default: runs)")
@@ -142,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", default=None, metavar="ADDRESS",
                    help="evaluate on an existing cluster: tcp://HOST:PORT (Dask scheduler) or ray://HOST:PORT (Ray "
                         "client server); overrides sweep.cluster (see docs/clusters.md)")
+    p.add_argument("--calibration", default=None, metavar="FILE", help=CALIBRATION_HELP)
     p = add("serve", cmd_serve, "serve spica-sweep/local and spica-resweep/local against PREFECT_API_URL (the UI)",
             config=False)
     p.add_argument("--resweep", default=None, metavar="CONFIG", help="the config spica-resweep/local re-sweeps on "
@@ -155,6 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--once", action="store_true", help="stop after the first change")
     p = add("show", cmd_show, "print a finished run's top candidates (or front) and where its files are", config=False)
     p.add_argument("run_dir", help="a run folder (runs/<run id>/ or a --run-dir)")
+    p.add_argument("--calibration", default=None, metavar="FILE",
+                   help="rank the run's candidates again under this calibration, without replaying")
+    p.add_argument("--json", action="store_true", help="the ranking as JSON instead of text")
     p = add("emit", cmd_emit, "write DynamoGraphDeployment manifests for a finished run again (no replay)",
             config=False)
     p.add_argument("run_dir", help="a run folder (runs/<run id>/ or a --run-dir)")

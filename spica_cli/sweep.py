@@ -9,6 +9,7 @@ from spica_cli.exits import EXIT_NO_RESULT, EXIT_OK
 
 if TYPE_CHECKING:  # (imported when a sweep runs: `spica show` and the tests need none of the engines)
     from spica_core.deployment import Candidate
+    from spica_core.evaluate import Applied
     from spica_core.run.catalog import SetAside
     from spica_core.search import SweepSummary, Tally
 
@@ -33,6 +34,7 @@ class Ranked(Protocol):
     attainment: float | None
     meets_sla: bool | None
     tied_with: tuple[int, ...]
+    calibration: Applied | None
 
 
 def candidate_table(ranking: Sequence[Ranked], pareto: bool, objectives: Sequence[str],
@@ -64,7 +66,7 @@ def candidate_table(ranking: Sequence[Ranked], pareto: bool, objectives: Sequenc
     widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h) for i, h in enumerate(header)]
     lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths)))
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in table]
-    return lines + requirement_lines(ranking, pareto, required_attainment)
+    return lines + requirement_lines(ranking, pareto, required_attainment) + calibration_lines(shown)
 
 
 def requirement_lines(ranking: Sequence[Ranked], pareto: bool, required: float) -> list[str]:
@@ -84,6 +86,19 @@ def requirement_lines(ranking: Sequence[Ranked], pareto: bool, required: float) 
     if any(r.tied_with for r in ranking[:TOP]):
         lines.append("=N: a near-tie: scores within the replays' run-to-run spread, so the order is not a result")
     return lines
+
+
+def calibration_lines(ranking: Sequence[Ranked]) -> list[str]:
+    """Which calibration the table's numbers are under, and which rows it corrected (none: no line)."""
+    applied = [r for r in ranking if r.calibration is not None]
+    if not applied:
+        return []
+    measured = [f"#{r.rank} {r.calibration.group} ({r.calibration.rows} rows)" for r in applied
+                if r.calibration is not None and r.calibration.group is not None]
+    shipped = len(applied) - len(measured)
+    tail = f"; {shipped} of the rows shown keep the shipped numbers (groups it did not measure)" if shipped else ""
+    return [f"calibration: {applied[0].calibration.file}: " + (", ".join(measured) or "no row shown was measured")
+            + tail]
 
 
 def tally_lines(tally: Tally) -> list[str]:
@@ -154,10 +169,10 @@ def _warm_up() -> None:
 
 
 def _child_command(config_path: str, runs_root: str, run_dir: str | None, seed: int | None, from_stage: str | None,
-                   warm_start: str | None, cluster: str | None) -> list[str]:
+                   warm_start: str | None, cluster: str | None, calibration: str | None) -> list[str]:
     """The same ``spica sweep`` for the child that runs the flow (``supervisor.py``)."""
     options = {"--runs-root": runs_root, "--run-dir": run_dir, "--seed": seed, "--from-stage": from_stage,
-               "--warm-start": warm_start, "--cluster": cluster}
+               "--warm-start": warm_start, "--cluster": cluster, "--calibration": calibration}
     return [sys.executable, "-m", "spica_cli.main", "sweep", config_path,
             *(part for flag, value in options.items() if value is not None for part in (flag, str(value)))]
 
@@ -175,7 +190,8 @@ def _quiet_unraisable() -> None:
 
 
 def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: int | None = None,
-                  from_stage: str | None = None, warm_start: str | None = None, cluster: str | None = None) -> int:
+                  from_stage: str | None = None, warm_start: str | None = None, cluster: str | None = None,
+                  calibration: str | None = None) -> int:
     """Check what fails fast (the config, the cluster, a held run folder), then supervise a child that runs the
     flow (``supervisor.py``); in that child, run it."""
     import os
@@ -184,7 +200,7 @@ def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: i
     from spica_core.run import lock
     from spica_core.run.identity import locate
 
-    located = locate(config_path, runs_root, run_dir, seed, cluster)
+    located = locate(config_path, runs_root, run_dir, seed, cluster, calibration)
     if os.environ.get(CHILD_ENV) is None:
         if located.config.sweep.cluster:
             from spica_core.evaluate.cluster_connect import check_reachable
@@ -192,8 +208,8 @@ def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: i
             check_reachable(located.config.sweep.cluster)
         folder = lock.acquire(located.folder)  # (the child takes the lock for the run)
         lock.release(folder)
-        return supervise(_child_command(config_path, runs_root, run_dir, seed, from_stage, warm_start, cluster),
-                         folder)
+        return supervise(_child_command(config_path, runs_root, run_dir, seed, from_stage, warm_start, cluster,
+                                        calibration), folder)
 
     from spica_core.search.optimizer import optimizer_for
 
@@ -212,6 +228,6 @@ def sweep_command(config_path: str, runs_root: str, run_dir: str | None, seed: i
     with listening(print_set_aside):  # an artifact moved aside and recomputed: one line each
         summary = sweep(config_path=config_path, runs_root=runs_root,  # type: ignore[arg-type]
                         run_dir=run_dir, seed=seed, from_stage=from_stage, warm_start=warm_start,
-                        cluster=cluster, show_progress=True)
+                        cluster=cluster, calibration=calibration, show_progress=True)
     print(render_summary(summary))
     return EXIT_OK if summary.ranking else EXIT_NO_RESULT

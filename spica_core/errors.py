@@ -102,6 +102,16 @@ class TraceError(SpicaError):
     """The trace file breaks the mooncake format or the model's limits; names the file, line and field."""
 
 
+class CalibrationFileError(SpicaError):
+    """A calibration file (``--calibration``, ``goal.calibration``) is missing, unreadable or not one
+    ``spica calibrate`` wrote."""
+
+
+class CalibrationInputError(SpicaError):
+    """The measurements ``spica calibrate`` reads (CSV rows in the columns of aiconfigurator-core's
+    silicon_sample.csv) break the format; names the file and line (``FILE:LINE: what is wrong``)."""
+
+
 class BandFileError(SpicaError):
     """A shipped accuracy file (spica_core/evaluate/data/bands.json or serving.json, or the SPICA_BANDS_FILE /
     SPICA_SERVING_FILE that replaces it) is missing or corrupt."""

@@ -5,6 +5,7 @@ these tasks only read the run folder, call it, append what it evaluated and publ
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, Sequence
 
 from prefect.runtime import task_run
@@ -12,7 +13,11 @@ from prefect.runtime import task_run
 from spica_core.evaluate import Evaluator
 from spica_core.run.catalog import CATALOG, RunDir
 from spica_core.store import file_fingerprint
-from spica_core.search import BranchResult, EvalCache, RankedCandidate, SearchContext, Trial, rank_trials, search_branches
+from spica_core.errors import CalibrationFileError
+from spica_core.search import (
+    BranchResult, EvalCache, RankedCandidate, SearchContext, Trial, cache_key, rank_trials, recalibrated,
+    search_branches,
+)
 from spica_core.space.branches import Branch
 
 from tasks.stage import stage
@@ -29,6 +34,31 @@ def stored_trials(rd: RunDir, context: SearchContext) -> list[Trial]:
     if not rd.fresh("trials", trials_fingerprint(context)):
         return []
     return [Trial.from_row(r) for r in rd.rows("trials")]
+
+
+def reuse_replays(run: ValidatedRun, context: SearchContext) -> int:
+    """A calibrated run with no trials of its own starts from the same config's uncalibrated run
+    (``RUNS_ROOT/<its run id>``): every trial that run holds, each feasible one scored again under the calibration
+    from the requests its replay kept. The search then goes on from there, as on a resume. Returns how many
+    replays it re-used."""
+    rd, uncalibrated = run.run_dir, run.identity.uncalibrated_run_id
+    if context.calibration is None or run.runs_root is None or uncalibrated is None or rd.has("trials"):
+        return 0
+    plain = replace(context, calibration=None)
+    source = RunDir(run.runs_root / uncalibrated)
+    if not source.readable("trials") or not source.fresh("trials", trials_fingerprint(plain)):
+        return 0
+    trials = [Trial.from_row(r) for r in source.rows("trials")]
+    try:
+        scored = recalibrated(trials, context.config, context.calibration)
+    except CalibrationFileError as exc:
+        print(f"not re-using the replays of {source.path}: {exc}")
+        return 0
+    rows = [replace(t, cache_key=cache_key(context.key, t.selection, t.parallel)).to_row() for t in scored]
+    rd.write("trials", rows, trials_fingerprint(context))
+    replays = sum(1 for t in scored if not t.cache_hit and t.replay_seconds)
+    print(f"re-used {replays} replays of {source.path}, scored again under the calibration")
+    return replays
 
 
 def _search_name() -> str:

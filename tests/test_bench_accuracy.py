@@ -10,8 +10,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.accuracy_rows import (Checkpoint, band_keys, bands, choose_precision, error_stats,  # noqa: E402
-                                 make_config, parse_row, plan_row, summarize)
+from bench.accuracy_rows import band_keys, bands, error_stats, summarize  # noqa: E402
+from spica_core.calibrate.silicon import (Checkpoint, choose_precision, make_config, parse_row,  # noqa: E402
+                                          plan_row)
 from spica_core.config.model import SmartSearchConfig  # noqa: E402
 from spica_core.evaluate.replay_traces import spread_lengths  # noqa: E402
 from spica_core.evaluate.workload import replay_workload  # noqa: E402

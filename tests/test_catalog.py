@@ -167,7 +167,7 @@ def test_fingerprint_is_formed_from_exactly_the_declared_inputs() -> None:
 
 def rows_from_schema(schema: pa.Schema) -> list[dict[str, Any]]:
     """A row with a value in every column, and one that is all nulls."""
-    sample = {pa.string(): "x", pa.int64(): 7, pa.float64(): 2.5, pa.bool_(): True}
+    sample = {pa.string(): "x", pa.int64(): 7, pa.float64(): 2.5, pa.bool_(): True, pa.binary(): b"\x00\x01"}
     return [{f.name: sample[f.type] for f in schema}, {f.name: None for f in schema}]
 
 

@@ -240,7 +240,7 @@ def test_evaluate_command_infeasible_returns_1(tmp_path: Path, capsys: pytest.Ca
 
 def test_unpinned_knobs_ignore_dimensions_that_do_not_apply(tmp_path: Path) -> None:
     """Under round robin the KV-router weights are dead dimensions (§2.11): several values are fine."""
-    from spica_cli.evaluate import unpinned_knobs
+    from spica_core.evaluate import unpinned_knobs
 
     path = write_config(tmp_path, router_mode=["round_robin"], overlap_score_credit=[0.0, 1.0],
                         planner_fpm_sampling=["small", "large"])

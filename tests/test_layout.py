@@ -10,7 +10,7 @@ from pathlib import Path
 import spica_core
 
 CORE = Path(spica_core.__file__).parent
-PACKAGES = ("config", "store", "space", "deployment", "engines", "predictors", "planner", "evaluate", "run", "search", "emit")
+PACKAGES = ("config", "store", "space", "deployment", "engines", "predictors", "planner", "evaluate", "run", "search", "emit", "calibrate")
 
 
 def test_importing_every_module_of_spica_core_loads_neither_prefect_nor_the_engines() -> None:

@@ -193,7 +193,7 @@ def test_spica_config_for_agg_best_is_a_pinned_spica_config():
     assert ss.router_mode == ["round_robin"] and ss.kv_cache_dtype == ["bf16"]
     assert config.workload.trace_path == TRACE and config.goal.target.value == "goodput_per_gpu"
     assert space["router_mode"] == ["kv_router", "round_robin"]          # base left untouched
-    from spica_cli.evaluate import unpinned_knobs
+    from spica_core.evaluate import unpinned_knobs
 
     assert unpinned_knobs(config) == []                                  # `spica evaluate` accepts it
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from conftest import REPO
-from spica_cli.evaluate import build_request
+from spica_core.evaluate import pinned_request
 from spica_core.evaluate.repeats import Range, replay_is_exact, replay_spread
 from spica_core.run.inputs import load_inputs
 
@@ -44,7 +44,7 @@ def pinned(tmp_path: Path, router: str = "kv_router") -> Path:
 
 
 def request_of(path: Path) -> Any:
-    return build_request(load_inputs(str(path)).config, str(path))
+    return pinned_request(load_inputs(str(path)).config, path.parent)
 
 
 def evaluate_in_a_process(path: Path) -> float:

@@ -71,6 +71,10 @@ class OptimizationGoal(_Model):
     robust_scale: Annotated[float, Field(ge=1, json_schema_extra={"maximum": limits.TRAFFIC_SCALE.maximum}),
                             BeforeValidator(_no_bool), _at_most(limits.TRAFFIC_SCALE)] = Field(
         default=1.0, description="rank by the worst score over traffic scales 1 and this (1: off)")
+    calibration: str | None = Field(
+        default=None, description="a calibration file written by `spica calibrate` (relative to the config file): "
+                                  "measurements on your own GPUs correct the latencies, bands and SLA count of "
+                                  "the groups they measured; its content is part of the run's identity")
 
     @property
     def objectives(self) -> tuple[OptimizationTarget, ...]:

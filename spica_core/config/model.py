@@ -85,6 +85,13 @@ class SmartSearchConfig(_Model):
         p = Path(self.workload.trace_path).expanduser()
         return p if p.is_absolute() else Path(base_dir) / p
 
+    def calibration_file(self, base_dir: str | Path) -> Path | None:
+        """``goal.calibration`` resolved against the config file's folder (absolute paths unchanged)."""
+        if self.goal.calibration is None:
+            return None
+        p = Path(self.goal.calibration).expanduser()
+        return p if p.is_absolute() else Path(base_dir) / p
+
     def check_files(self, base_dir: str | Path) -> None:
         trace = self.trace_file(base_dir)
         if trace is not None and not trace.is_file():
@@ -93,8 +100,9 @@ class SmartSearchConfig(_Model):
 
     def normalised(self) -> dict[str, Any]:
         """The canonical JSON-able form (defaults filled, duplicates removed, injections applied) that a run's
-        identity and its fingerprints are made of; where evaluations run (``sweep.cluster``) is left out."""
-        return self.model_dump(mode="json", exclude={"sweep": {"cluster"}})
+        identity and its fingerprints are made of; where evaluations run (``sweep.cluster``) and where the
+        calibration file is (``goal.calibration``: its content joins the identity instead) are left out."""
+        return self.model_dump(mode="json", exclude={"sweep": {"cluster"}, "goal": {"calibration"}})
 
 
 __all__ = ["SmartSearchConfig"]

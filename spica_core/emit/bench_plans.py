@@ -115,7 +115,7 @@ def plan_script(target: Target, record: CandidateRecord, config: SmartSearchConf
     schedule = ([f"--concurrency {cap}", "--no-fixed-schedule"] if cap is not None
                 else ["--fixed-schedule", "--fixed-schedule-auto-offset"])
     plan = {"rank": record.rank, "manifest": target.name, "candidate": record.candidate.to_sample(),
-            "workload": workload, "aiperf": AIPERF,
+            "workload": workload, "requests": requests, "concurrency": cap, "aiperf": AIPERF,
             "config_fingerprint": provenance.config_fingerprint if provenance else None,
             "trace_fingerprint": provenance.trace_fingerprint if provenance else None}
     command = " \\\n    ".join([

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
@@ -27,7 +27,9 @@ from spica_core.errors import ManifestError, RunDirError
 from spica_core.run.catalog import CATALOG, RunDir
 from spica_core.store import write_file
 from spica_core.run.identity import RunIdentity, config_from_row
-from spica_core.search.ranking import RankedCandidate
+from spica_core.evaluate.calibration import Calibration
+from spica_core.search.ranking import RankedCandidate, rank_trials
+from spica_core.search.recalibrate import recalibrated
 from spica_core.search.trials import Tally, Trial
 
 DEFAULT_TOP = 3
@@ -252,6 +254,14 @@ class FinishedRun:
                               "run spica sweep on its config to finish it")
         trace = Path(row["trace_file"]) if row["trace_file"] else None
         return cls(run_dir, config, identity, trace, trials, records)
+
+    def calibrated(self, calibration: Calibration) -> FinishedRun:
+        """The run ranked again under ``calibration``, from the requests its replays kept (no replay runs);
+        raises CalibrationFileError when its trials cannot be scored again."""
+        trials = tuple(recalibrated(self.trials, self.config, calibration))
+        ranking = rank_trials(trials, self.config)
+        provenance = provenance_of(self.run_dir, self.identity, self.config, ranking)
+        return replace(self, trials=trials, records=tuple(records_of(ranking, Tally.of(trials), provenance)))
 
 
 __all__ = ["DEFAULT_TOP", "EmitOptions", "Emitted", "FinishedRun", "aic_estimates", "emit_outputs", "load_records",

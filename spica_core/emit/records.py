@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 from spica_core.evaluate.bands import Band, bands_from_dict, bands_to_dict
 from spica_core.deployment import Candidate
+from spica_core.evaluate.calibration import Applied
 from spica_core.evaluate.headroom import Headroom
 from spica_core.search.ranking import RankedCandidate
 
@@ -58,13 +59,16 @@ class CandidateRecord:
     meets_sla: bool | None = None        # attainment ≥ goal.sla_attainment; None without an SLA
     score_spread: float | None = None    # emitted KV-router candidates: twice the half-width of the replays' scores
     tied_with: tuple[int, ...] = ()      # the ranks it is a near-tie with (scores within the replay spread)
+    calibration: Applied | None = None   # which calibration its numbers are under ({file, group, rows}), if any
+    uncalibrated: dict[str, float] = field(default_factory=dict)   # the replay's own metrics, when calibrated
 
     @classmethod
     def of(cls, ranked: RankedCandidate, tally: Mapping[str, Any], provenance: Provenance) -> CandidateRecord:
         return cls(ranked.rank, ranked.score, ranked.used_gpus, ranked.candidate, dict(ranked.metrics),
                    dict(ranked.objectives) if ranked.objectives else None, ranked.round, ranked.trial,
                    dict(tally), provenance, dict(ranked.bands), attainment=ranked.attainment,
-                   meets_sla=ranked.meets_sla)
+                   meets_sla=ranked.meets_sla, calibration=ranked.calibration,
+                   uncalibrated=dict(ranked.uncalibrated))
 
     @property
     def config(self) -> dict[str, Any]:
@@ -77,7 +81,9 @@ class CandidateRecord:
                 "score_spread": self.score_spread, "metrics": self.metrics, "bands": bands_to_dict(self.bands),
                 "headroom": self.headroom.to_dict() if self.headroom else None, "objectives": self.objectives,
                 "round": self.round, "trial": self.trial,
-                "tally": self.tally, "provenance": self.provenance.to_dict() if self.provenance else None}
+                "tally": self.tally, "provenance": self.provenance.to_dict() if self.provenance else None,
+                "calibration": self.calibration.to_dict() if self.calibration else None,
+                "uncalibrated_metrics": self.uncalibrated or None}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CandidateRecord:
@@ -90,7 +96,8 @@ class CandidateRecord:
                    Headroom.from_dict(data["headroom"]) if data.get("headroom") else None,
                    _float_or_none(data.get("attainment")),
                    None if data.get("meets_sla") is None else bool(data["meets_sla"]),
-                   _float_or_none(data.get("score_spread")), tuple(int(r) for r in data.get("tied_with") or ()))
+                   _float_or_none(data.get("score_spread")), tuple(int(r) for r in data.get("tied_with") or ()),
+                   Applied.from_dict(data.get("calibration")), dict(data.get("uncalibrated_metrics") or {}))
 
     def to_row(self) -> dict[str, Any]:
         """A ``candidates.parquet`` row: scalars as columns, nested values as canonical JSON."""
@@ -104,7 +111,9 @@ class CandidateRecord:
                 "bands_json": _json(bands_to_dict(self.bands)),
                 "headroom_json": _json(self.headroom.to_dict()) if self.headroom else None,
                 "attainment": self.attainment, "meets_sla": self.meets_sla, "score_spread": self.score_spread,
-                "tied_with_json": _json(list(self.tied_with))}
+                "tied_with_json": _json(list(self.tied_with)),
+                "calibration_json": _json(self.calibration.to_dict()) if self.calibration else None,
+                "uncalibrated_json": _json(self.uncalibrated) if self.uncalibrated else None}
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> CandidateRecord:
@@ -115,7 +124,10 @@ class CandidateRecord:
                               "objectives": json.loads(row["objectives_json"]) if row["objectives_json"] else None,
                               "tally": json.loads(row["tally_json"]), "bands": json.loads(row["bands_json"] or "{}"),
                               "headroom": json.loads(row["headroom_json"]) if row["headroom_json"] else None,
-                              "provenance": json.loads(row["provenance_json"]) if row["provenance_json"] else None})
+                              "provenance": json.loads(row["provenance_json"]) if row["provenance_json"] else None,
+                              "calibration": json.loads(row["calibration_json"]) if row["calibration_json"] else None,
+                              "uncalibrated_metrics": json.loads(row["uncalibrated_json"])
+                              if row["uncalibrated_json"] else None})
 
     def flat(self) -> dict[str, Any]:
         """One CSV row: rank, score, used_gpus, then ``config.*``, ``metrics.*``, ``objectives.*``."""

@@ -25,6 +25,8 @@ from spica_core.errors import (
     SpicaError,
 )
 from spica_core.evaluate.bands import Band, load_bands
+from spica_core.evaluate.calibration import Applied, Calibration
+from spica_core.evaluate.requests import RequestLatencies
 from spica_core.evaluate.serving import load_serving, served_report, served_requests, served_sla
 from spica_core.deployment import Candidate
 
@@ -53,6 +55,7 @@ class EvalRequest:
     capture_per_request: bool = False
     eval_id: str = ""
     with_bands: bool = True               # False only for bench/bench_accuracy.py, which makes the band file
+    calibration: Calibration | None = None   # the user's measurements: corrects latencies, bands and the SLA count
 
     def scaled(self, scale: float) -> EvalRequest:
         """The same candidate under ``scale`` × today's traffic (headroom, robust ranking)."""
@@ -68,6 +71,13 @@ class EvalRequest:
     def from_config(cls, config: SmartSearchConfig, candidate: Candidate, *, trace_file: str | None = None,
                     **kw: Any) -> EvalRequest:
         return cls(candidate=candidate, workload=config.workload, goal=config.goal, trace_file=trace_file, **kw)
+
+    @property
+    def closed_loop(self) -> bool:
+        """A fixed number of requests in flight (its throughput follows its latency), not fixed arrivals."""
+        from spica_core.evaluate.workload import effective_in_flight_cap
+
+        return effective_in_flight_cap(self.workload, self.candidate.concurrency) is not None
 
 
 @dataclass
@@ -86,6 +96,9 @@ class Outcome:
     per_request: list[dict[str, Any]] | None = None
     eval_id: str = ""
     bands: dict[str, Band] = field(default_factory=dict)  # the error band on each predicted latency
+    requests: RequestLatencies | None = None   # each request's latencies: scored again under a calibration
+    calibration: Applied | None = None         # which calibration applied (None: none was asked for)
+    uncalibrated: dict[str, float] = field(default_factory=dict)   # the replay's own metrics, when calibrated
 
     @property
     def feasible(self) -> bool:
@@ -160,7 +173,7 @@ def _prepare(req: EvalRequest, timings: dict[str, float]) -> tuple[Candidate, An
                                directory=Path(req.profile_dir).expanduser() if req.profile_dir else None)
     spec = ReplaySpec(roles=roles, workload=workload, router=router_kwargs(candidate.router),
                       sla=served_sla(sla_kwargs(req.goal, factors), overhead), scaling_policy=policy,
-                      capture_per_request=req.capture_per_request)
+                      capture_per_request=True)
     return candidate, spec, policy, left_out if req.workload.over_context == "fail" else 0, overhead
 
 
@@ -242,9 +255,38 @@ def _evaluate(req: EvalRequest) -> Outcome:
         bands = load_bands().bands(ctx.model_name, ctx.hardware_sku, candidate.backend, metrics) if req.with_bands else {}
     except SpicaError as exc:  # a number without its band is half an answer: never drop it silently
         return outcome(Status.failed, str(exc), metrics=metrics, report=report, planner=planner)
+    per_request = served_requests(result.get("per_request"), overhead)
+    done = outcome(Status.feasible, metrics=metrics, score=score, objectives=objectives, bands=bands,
+                   report=report, planner=planner, requests=RequestLatencies.of(per_request or ()),
+                   per_request=per_request if req.capture_per_request else None)
+    if req.calibration is not None:
+        done = calibrated(done, req.goal, req.calibration, req.closed_loop)
     timings["score_s"] = time.perf_counter() - t2
-    return outcome(Status.feasible, metrics=metrics, score=score, objectives=objectives, bands=bands,
-                   report=report, planner=planner, per_request=served_requests(result.get("per_request"), overhead))
+    return done
+
+
+def calibrated(out: Outcome, goal: OptimizationGoal, calibration: Calibration, closed_loop: bool) -> Outcome:
+    """``out`` (a feasible outcome as the replay scored it, with its requests) under ``calibration``: its
+    latencies, SLA count, score, objectives and bands corrected for the candidate's group (unchanged for a group
+    the calibration did not measure), the replay's own metrics kept in ``uncalibrated``."""
+    from spica_core.evaluate.rescore import calibrated_report
+    from spica_core.evaluate.scoring import candidate_metrics, objective_vector, score_report
+
+    assert out.feasible and out.requests is not None
+    raw = out.uncalibrated or out.metrics
+    base = out.uncalibrated or out.report or out.metrics
+    candidate, ctx = out.candidate, out.candidate.context
+    group = (ctx.model_name, ctx.hardware_sku, candidate.backend)
+    sla = goal.sla.model_dump(exclude_none=True) if goal.sla is not None else None
+    factors = calibration.sla_factors(*group, goal.sla_confidence)
+    if sla is not None and not factors and goal.sla_confidence > 0.5:
+        factors = load_bands().sla_factors(*group, goal.sla_confidence)
+    report = calibrated_report(base, out.requests, calibration.corrections(*group), sla, factors,
+                               closed_loop)
+    return replace(out, report=report, metrics=candidate_metrics(report), score=score_report(goal, report),
+                   objectives=objective_vector(goal, report) if goal.is_pareto else None,
+                   bands=calibration.bands(*group, raw, out.bands), calibration=calibration.applied(*group),
+                   uncalibrated=dict(raw))
 
 
 def evaluate_in_worker(req: EvalRequest) -> Outcome:

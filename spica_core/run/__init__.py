@@ -15,7 +15,7 @@ _FROM: dict[str, str] = {
         "LOAD_PREDICTOR_SCHEMA", "RANKING_SCHEMA", "RunDir", "SHAPES_SCHEMA", "Stage", "TRIALS_SCHEMA",
     ), "catalog"),
     **dict.fromkeys(("config_from_row", "config_rows", "engine_versions", "identify", "RunIdentity"), "identity"),
-    **dict.fromkeys(("over_context_note",), "inputs"),
+    **dict.fromkeys(("Inputs", "load_inputs", "over_context_note"), "inputs"),
 }
 
 
@@ -28,10 +28,10 @@ if TYPE_CHECKING:  # what type checkers and editors see
         RANKING_SCHEMA, RunDir, SHAPES_SCHEMA, Stage, TRIALS_SCHEMA
     )
     from spica_core.run.identity import config_from_row, config_rows, engine_versions, identify, RunIdentity
-    from spica_core.run.inputs import over_context_note
+    from spica_core.run.inputs import Inputs, load_inputs, over_context_note
 
 __all__ = [
     "BRANCHES_SCHEMA", "CATALOG", "config_from_row", "config_rows", "CONFIG_SCHEMA", "DEFAULT_RUNS_ROOT",
     "engine_versions", "FINGERPRINT_KEY", "identify", "LOAD_PREDICTOR_SCHEMA", "over_context_note",
-    "RANKING_SCHEMA", "RunDir", "RunIdentity", "SHAPES_SCHEMA", "Stage", "TRIALS_SCHEMA",
+    "RANKING_SCHEMA", "RunDir", "RunIdentity", "SHAPES_SCHEMA", "Stage", "TRIALS_SCHEMA", "Inputs", "load_inputs",
 ]

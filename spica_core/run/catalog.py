@@ -103,6 +103,7 @@ TRIALS_SCHEMA: Final = pa.schema([
     ("selection_json", pa.string()), ("projection_json", pa.string()), ("parallel_json", pa.string()),
     ("sample_json", pa.string()), ("eval_seconds", pa.float64()), ("replay_seconds", pa.float64()),
     ("suggest_seconds", pa.float64()), ("suggested_by", pa.string()), ("bands_json", pa.string()),
+    ("requests", pa.binary()), ("calibration_json", pa.string()), ("uncalibrated_json", pa.string()),
 ])
 
 RANKING_SCHEMA: Final = pa.schema([
@@ -110,6 +111,7 @@ RANKING_SCHEMA: Final = pa.schema([
     ("used_gpus", pa.int64()), ("score", pa.float64()), ("objectives_json", pa.string()),
     ("metrics_json", pa.string()), ("sample_json", pa.string()), ("round", pa.int64()), ("trial", pa.int64()),
     ("bands_json", pa.string()), ("attainment", pa.float64()), ("meets_sla", pa.bool_()),
+    ("calibration_json", pa.string()), ("uncalibrated_json", pa.string()),
 ])
 
 CANDIDATES_SCHEMA: Final = pa.schema([
@@ -119,6 +121,7 @@ CANDIDATES_SCHEMA: Final = pa.schema([
     ("tally_json", pa.string()), ("provenance_json", pa.string()), ("bands_json", pa.string()),
     ("headroom_json", pa.string()), ("attainment", pa.float64()), ("meets_sla", pa.bool_()),
     ("score_spread", pa.float64()), ("tied_with_json", pa.string()),
+    ("calibration_json", pa.string()), ("uncalibrated_json", pa.string()),
 ])
 
 # Input names: "config" = the normalised config's fingerprint, "search_config" = the normalised config

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from spica_core.config.model import SmartSearchConfig
+from spica_core.evaluate import Calibration
 from spica_core.store import canonical_json, file_fingerprint, fingerprint
 
 ENGINE_PACKAGES = ("ai-dynamo-runtime", "aiconfigurator-core", "google-vizier", "prefect")
@@ -35,14 +36,20 @@ class RunIdentity:
     config_fingerprint: str
     trace_fingerprint: str | None
     engines: dict[str, str]
+    calibration_fingerprint: str | None = None   # the calibration file's content, when the run has one
+    uncalibrated_run_id: str | None = None       # the same run without it: whose replays a calibrated run re-uses
 
 
-def identify(config: SmartSearchConfig, trace_file: Path | None) -> RunIdentity:
+def identify(config: SmartSearchConfig, trace_file: Path | None, calibration: Calibration | None = None) -> RunIdentity:
+    """A run's identity; a calibration's content (not its path) joins it, so a new calibration is a new run."""
     config_fp = fingerprint(config.normalised())
     trace_fp = file_fingerprint(trace_file) if trace_file is not None else None
     engines = engine_versions()
-    run_id = fingerprint({"config": config_fp, "trace": trace_fp, "engines": engines})
-    return RunIdentity(run_id, config_fp, trace_fp, engines)
+    plain = {"config": config_fp, "trace": trace_fp, "engines": engines}
+    if calibration is None:
+        return RunIdentity(fingerprint(plain), config_fp, trace_fp, engines)
+    return RunIdentity(fingerprint({**plain, "calibration": calibration.fingerprint}), config_fp, trace_fp, engines,
+                       calibration.fingerprint, fingerprint(plain))
 
 
 def config_rows(config: SmartSearchConfig, identity: RunIdentity, trace_file: Path | None) -> list[dict[str, Any]]:
@@ -69,20 +76,24 @@ class LocatedRun:
     trace_file: Path | None
     identity: RunIdentity
     folder: Path
+    calibration: Calibration | None = None
+    runs_root: Path | None = None      # where sibling runs live (None: the run was given its own --run-dir)
 
 
 def locate(source: str | Path | SmartSearchConfig, runs_root: str | Path | None = None,
-           run_dir: str | Path | None = None, seed: int | None = None, cluster: str | None = None) -> LocatedRun:
+           run_dir: str | Path | None = None, seed: int | None = None, cluster: str | None = None,
+           calibration: str | Path | None = None) -> LocatedRun:
     """The checked inputs (a config file, or a config given inline) and the folder they run in; ``seed``
-    overrides ``sweep.seed``, ``cluster`` ``sweep.cluster``. An inline config has the same fingerprint, so the
-    same run, as its file."""
+    overrides ``sweep.seed``, ``cluster`` ``sweep.cluster``, ``calibration`` ``goal.calibration``. An inline
+    config has the same fingerprint, so the same run, as its file."""
     from spica_core.run.catalog import DEFAULT_RUNS_ROOT
     from spica_core.run.inputs import load_inputs
     from spica_core.run.lock import check_folder
 
-    inputs = load_inputs(source, seed, cluster)
-    identity = identify(inputs.config, inputs.trace_file)
+    inputs = load_inputs(source, seed, cluster, calibration)
+    identity = identify(inputs.config, inputs.trace_file, inputs.calibration)
     if run_dir:
         check_folder(Path(run_dir))
-    folder = Path(run_dir) if run_dir else Path(runs_root or DEFAULT_RUNS_ROOT) / identity.run_id
-    return LocatedRun(inputs.config, inputs.trace_file, identity, folder)
+    root = None if run_dir else Path(runs_root or DEFAULT_RUNS_ROOT)
+    folder = Path(run_dir) if run_dir else root / identity.run_id
+    return LocatedRun(inputs.config, inputs.trace_file, identity, folder, inputs.calibration, root)

@@ -14,7 +14,8 @@ from spica_core.config.trace import TraceSummary, check_trace
 from spica_core.errors import ConfigError, Issue, SpicaError
 from spica_core.space.kv import max_seq_len
 from spica_core.space.precision import check_quantization
-from spica_core.evaluate import load_bands, load_serving
+from spica_core.evaluate import Calibration, load_bands, load_calibration, load_serving
+from spica_core.errors import CalibrationFileError
 
 
 @dataclass(frozen=True)
@@ -22,19 +23,34 @@ class Inputs:
     config: SmartSearchConfig       # with the ``--seed`` and ``--cluster`` overrides applied
     trace_file: Path | None         # resolved against the config file's folder
     trace: TraceSummary | None      # None for a synthetic workload
+    calibration: Calibration | None = None   # goal.calibration, read and checked
 
 
-def with_overrides(config: SmartSearchConfig, seed: int | None = None,
-                   cluster: str | None = None) -> SmartSearchConfig:
-    """The command line's (or the flow form's) ``sweep`` overrides, checked like the file's own fields:
-    ``seed`` replaces ``sweep.seed`` (another seed is another run), ``cluster`` ``sweep.cluster`` (where the
-    evaluations run, not part of the run's identity)."""
+def with_overrides(config: SmartSearchConfig, seed: int | None = None, cluster: str | None = None,
+                   calibration: str | Path | None = None) -> SmartSearchConfig:
+    """The command line's (or the flow form's) overrides, checked like the file's own fields: ``seed`` replaces
+    ``sweep.seed`` (another seed is another run), ``cluster`` ``sweep.cluster`` (where the evaluations run, not
+    part of the run's identity), ``calibration`` ``goal.calibration`` (made absolute: it was given relative to
+    the working directory)."""
     overrides = {k: v for k, v in (("seed", seed), ("cluster", cluster)) if v is not None}
-    if not overrides:
+    if not overrides and calibration is None:
         return config
     data = config.model_dump(mode="json")
-    return SmartSearchConfig.from_dict({**data, "sweep": {**data["sweep"], **overrides}},
-                                       source="--" + " --".join(overrides))
+    goal = data["goal"] if calibration is None else {**data["goal"], "calibration": str(Path(calibration).resolve())}
+    flags = [*overrides, *(["calibration"] if calibration is not None else [])]
+    return SmartSearchConfig.from_dict({**data, "goal": goal, "sweep": {**data["sweep"], **overrides}},
+                                       source="--" + " --".join(flags))
+
+
+def read_calibration(config: SmartSearchConfig, base: Path) -> Calibration | None:
+    """``goal.calibration``, read; a missing or broken file is a ConfigError naming the field."""
+    path = config.calibration_file(base)
+    if path is None:
+        return None
+    try:
+        return load_calibration(path)
+    except CalibrationFileError as exc:
+        raise ConfigError("config", [Issue("goal.calibration", str(exc), config.goal.calibration, True)]) from None
 
 
 def over_context_note(config: SmartSearchConfig, trace_file: Path | None) -> str | None:
@@ -54,27 +70,29 @@ def over_context_note(config: SmartSearchConfig, trace_file: Path | None) -> str
     return f"over the context: {trace.over_context_text()}, {what} (workload.over_context: {w.over_context})"
 
 
-def load_inputs(source: str | Path | SmartSearchConfig, seed: int | None = None, cluster: str | None = None) -> Inputs:
+def load_inputs(source: str | Path | SmartSearchConfig, seed: int | None = None, cluster: str | None = None,
+                calibration: str | Path | None = None) -> Inputs:
     """``source`` is a config file, or a config given inline (the Prefect form): its relative paths resolve
     against the working directory, a file's against its own folder. Raises ConfigError or TraceError
     naming the field, or the file and line."""
     if isinstance(source, SmartSearchConfig):
         path, base = Path("<inline config>"), Path.cwd()
         source.check_files(base)
-        config = with_overrides(source, seed, cluster)
+        config = with_overrides(source, seed, cluster, calibration)
     else:
         path = Path(source)
         base = path.parent
-        config = with_overrides(SmartSearchConfig.from_yaml(path), seed, cluster)
+        config = with_overrides(SmartSearchConfig.from_yaml(path), seed, cluster, calibration)
     space, workload = config.search_space, config.workload
     check_quantization(config, str(path))
     load_bands()  # a missing or corrupt band or serving file stops here, before anything runs
     load_serving()
+    calibrated = read_calibration(config, base)
     longest = max_seq_len(space.model_name, space.context_length)
     trace_file = config.trace_file(base)
     if trace_file is not None:
         return Inputs(config, trace_file, check_trace(trace_file, max_seq_len=longest,
-                                                      over_context=workload.over_context))
+                                                      over_context=workload.over_context), calibrated)
     isl, osl = workload.isl or 0, workload.osl or 0
     if isl + osl > longest:
         source = "context_length" if space.context_length is not None else f"{space.model_name}'s max context"
@@ -82,4 +100,4 @@ def load_inputs(source: str | Path | SmartSearchConfig, seed: int | None = None,
                                             f"length {longest:,} ({source}); a server with this context "
                                             "cannot hold the request (workload.over_context applies to traces; "
                                             "every synthetic request has this length)", isl, True)])
-    return Inputs(config, None, None)
+    return Inputs(config, None, None, calibrated)

@@ -18,6 +18,7 @@ _FROM: dict[str, str] = {
     **dict.fromkeys(("OptimizerProcess", "RemoteStudy", "optimizer_for", "optimizer_process",
                      "traces_ahead"), "optimizer"),
     **dict.fromkeys(("SweepProgress",), "progress"),
+    **dict.fromkeys(("recalibrated",), "recalibrate"),
     **dict.fromkeys(("RankedCandidate", "Scored", "Tieable", "dominates", "near_ties", "order_key", "pareto_front",
                      "rank", "rank_trials"), "ranking"),
     **dict.fromkeys(("Batch", "BranchResult", "BranchSearch", "round_plan"), "rounds"),
@@ -42,6 +43,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
         OptimizerProcess, RemoteStudy, optimizer_for, optimizer_process, traces_ahead,
     )
     from spica_core.search.progress import SweepProgress
+    from spica_core.search.recalibrate import recalibrated
     from spica_core.search.ranking import (
         RankedCandidate, Scored, Tieable, dominates, near_ties, order_key, pareto_front, rank, rank_trials,
     )
@@ -56,6 +58,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from spica_core.search.warm_start import WARM_TOP, WarmStart, latest_run, load_warm_start
 
 __all__ = [
+    "recalibrated",
     "ATTEMPT_CAP_FACTOR", "Batch", "BranchResult", "BranchSearch", "CandidateSpace", "Costs", "EvalCache",
     "FLOAT_LEVELS", "OptimizerProcess", "Proposal", "RankedCandidate", "RemoteStudy", "Scored",
     "SearchContext", "Study", "Suggester", "SweepProgress", "SweepSummary", "Tally", "ThoroughSuggester", "Tieable",

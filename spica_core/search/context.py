@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 from spica_core.config.model import SmartSearchConfig
 from spica_core.config.sweep import SweepPolicy
 from spica_core.deployment import Candidate
+from spica_core.evaluate.calibration import Calibration
 from spica_core.evaluate.evaluation import EvalRequest, Outcome, Status
 from spica_core.evaluate.scoring import search_value
 from spica_core.store import fingerprint
@@ -40,6 +41,7 @@ class SearchContext:
     load_predictor: LoadPredictorResult | None
     profile_dir: str | None = None
     warm_start: WarmStart | None = None  # an earlier run's top candidates and trials (never their scores)
+    calibration: Calibration | None = None   # corrects each outcome's latencies, bands and SLA count
     optimizer: OptimizerProcess | None = field(default=None, compare=False, repr=False)  # where studies live
     suggesters: dict[str, Suggester] = field(default_factory=dict, compare=False, repr=False)
 
@@ -59,6 +61,8 @@ class SearchContext:
                                "loop": SEARCH_LOOP}
         if self.warm_start:  # what is evaluated first, and the studies' prior, are part of what the run searched
             key["warm_start"] = self.warm_start.key()
+        if self.calibration is not None:   # the scores a study observed
+            key["calibration"] = self.calibration.fingerprint
         return fingerprint(key)
 
     def objectives(self) -> list[tuple[str, str]]:
@@ -91,7 +95,8 @@ class SearchContext:
         ratio = proposal.selection.get("kv_load_ratio")
         return EvalRequest.from_config(self.config, candidate, trace_file=self.trace_file,
                                        profile_dir=self.profile_dir,
-                                       kv_load_ratio=None if ratio is None else float(ratio), eval_id=eval_id)
+                                       kv_load_ratio=None if ratio is None else float(ratio), eval_id=eval_id,
+                                       calibration=self.calibration)
 
 
 def cache_key(context_key: str, selection: Mapping[str, Any], config: ParallelConfig) -> str:

@@ -17,6 +17,7 @@ from typing import Any, Protocol, TypeVar
 from spica_core.config.goal import OptimizationGoal, OptimizationTarget
 from spica_core.config.model import SmartSearchConfig
 from spica_core.evaluate.bands import Band, bands_from_dict, bands_to_dict
+from spica_core.evaluate.calibration import Applied
 from spica_core.deployment import Candidate
 from spica_core.evaluate.scoring import attainment, meets_requirement, meets_sla, metric_value, reaches, signed
 from spica_core.store import canonical_json
@@ -138,6 +139,8 @@ class RankedCandidate:
     bands: dict[str, Band] = field(default_factory=dict)
     attainment: float | None = None    # requests that met the SLA ÷ all requests; None without an SLA
     meets_sla: bool | None = None      # attainment ≥ goal.sla_attainment; None without an SLA
+    calibration: Applied | None = None          # which calibration its numbers are under, if any
+    uncalibrated: dict[str, float] = field(default_factory=dict)   # the replay's own metrics, when calibrated
 
     @classmethod
     def of(cls, rank_: int, trial: Trial, goal: OptimizationGoal) -> RankedCandidate:
@@ -145,7 +148,8 @@ class RankedCandidate:
         return cls(rank_, trial.mode, str(trial.backend), trial.parallel.label(), trial.used_gpus, trial.score,
                    trial.candidate, trial.round, trial.trial, dict(trial.metrics),
                    dict(trial.objectives) if trial.objectives else None, dict(trial.bands),
-                   attainment(trial.metrics) if goal.sla is not None else None, meets_sla(goal, trial.metrics))
+                   attainment(trial.metrics) if goal.sla is not None else None, meets_sla(goal, trial.metrics),
+                   trial.calibration, dict(trial.uncalibrated))
 
     def to_row(self) -> dict[str, Any]:
         return {"rank": self.rank, "mode": self.mode, "backend": self.backend, "parallel": self.parallel,
@@ -154,7 +158,9 @@ class RankedCandidate:
                 "objectives_json": canonical_json(self.objectives) if self.objectives else None,
                 "metrics_json": canonical_json(self.metrics),
                 "sample_json": canonical_json(self.candidate.to_sample()), "round": self.round, "trial": self.trial,
-                "bands_json": canonical_json(bands_to_dict(self.bands))}
+                "bands_json": canonical_json(bands_to_dict(self.bands)),
+                "calibration_json": canonical_json(self.calibration.to_dict()) if self.calibration else None,
+                "uncalibrated_json": canonical_json(self.uncalibrated) if self.uncalibrated else None}
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> RankedCandidate:
@@ -164,7 +170,9 @@ class RankedCandidate:
                    json.loads(row["objectives_json"]) if row["objectives_json"] else None,
                    bands_from_dict(json.loads(row["bands_json"] or "{}")),
                    None if row["attainment"] is None else float(row["attainment"]),
-                   None if row["meets_sla"] is None else bool(row["meets_sla"]))
+                   None if row["meets_sla"] is None else bool(row["meets_sla"]),
+                   Applied.from_dict(json.loads(row["calibration_json"]) if row["calibration_json"] else None),
+                   json.loads(row["uncalibrated_json"]) if row["uncalibrated_json"] else {})
 
 
 def rank_trials(trials: Sequence[Trial], config: SmartSearchConfig) -> list[RankedCandidate]:

@@ -216,6 +216,8 @@ class BranchSearch:
         trial = self._trial(q, outcome.status, cache_key(self.context.key, p.selection, p.parallel),
                             reason=outcome.reason, candidate=outcome.candidate, score=outcome.score,
                             objectives=outcome.objectives, metrics=outcome.metrics, bands=outcome.bands,
+                            requests=outcome.requests, calibration=outcome.calibration,
+                            uncalibrated=outcome.uncalibrated,
                             eval_seconds=float(timings.get("total_s", 0.0)) if timings else None,
                             replay_seconds=float(timings.get("replay_s", 0.0)) if timings else None)
         if trial.is_evaluated_success:
@@ -368,7 +370,8 @@ class BranchSearch:
 def _result_of(trial: Trial) -> dict[str, Any]:
     """What a cache hit or duplicate copies from the trial that ran."""
     return {"candidate": trial.candidate, "score": trial.score, "objectives": trial.objectives,
-            "metrics": dict(trial.metrics), "bands": dict(trial.bands)}
+            "metrics": dict(trial.metrics), "bands": dict(trial.bands), "requests": trial.requests,
+            "calibration": trial.calibration, "uncalibrated": dict(trial.uncalibrated)}
 
 
 __all__ = ["Batch", "BranchResult", "BranchSearch", "round_plan"]

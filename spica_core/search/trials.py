@@ -12,7 +12,9 @@ from typing import Any
 
 from spica_core.evaluate.bands import Band, bands_from_dict, bands_to_dict
 from spica_core.deployment import Candidate
+from spica_core.evaluate.calibration import Applied
 from spica_core.evaluate.evaluation import Status
+from spica_core.evaluate.requests import RequestLatencies
 from spica_core.store import canonical_json
 from spica_core.space.parallel import ParallelConfig
 from spica_core.space.projection import ProjectionRecord
@@ -44,6 +46,14 @@ class Trial:
     suggest_seconds: float | None = None   # the optimizer's time for the ask that proposed this trial
     suggested_by: str = ""                 # how it was picked: gp, space-filling, random or enumerated
     bands: dict[str, Band] = field(default_factory=dict)  # the error band on each predicted latency
+    requests: RequestLatencies | None = None   # each request's latencies (scored again under a calibration)
+    calibration: Applied | None = None         # the calibration its metrics and score are under, if any
+    uncalibrated: dict[str, float] = field(default_factory=dict)   # the replay's own metrics, when calibrated
+
+    @property
+    def replay_metrics(self) -> dict[str, float]:
+        """The metrics as the replay scored them, before any calibration."""
+        return dict(self.uncalibrated or self.metrics)
 
     @property
     def backend(self) -> str | None:
@@ -77,6 +87,9 @@ class Trial:
             "suggest_seconds": self.suggest_seconds,
             "suggested_by": self.suggested_by,
             "bands_json": canonical_json(bands_to_dict(self.bands)),
+            "requests": self.requests.to_bytes() if self.requests is not None else None,
+            "calibration_json": canonical_json(self.calibration.to_dict()) if self.calibration else None,
+            "uncalibrated_json": canonical_json(self.uncalibrated) if self.uncalibrated else None,
         }
 
     @classmethod
@@ -94,7 +107,10 @@ class Trial:
             objectives=json.loads(row["objectives_json"]) if row["objectives_json"] else None,
             metrics=json.loads(row["metrics_json"]), eval_seconds=row["eval_seconds"],
             replay_seconds=row["replay_seconds"], suggest_seconds=row["suggest_seconds"],
-            suggested_by=row["suggested_by"] or "", bands=bands_from_dict(json.loads(row["bands_json"] or "{}")))
+            suggested_by=row["suggested_by"] or "", bands=bands_from_dict(json.loads(row["bands_json"] or "{}")),
+            requests=RequestLatencies.from_bytes(row["requests"]) if row["requests"] is not None else None,
+            calibration=Applied.from_dict(json.loads(row["calibration_json"]) if row["calibration_json"] else None),
+            uncalibrated=json.loads(row["uncalibrated_json"]) if row["uncalibrated_json"] else {})
 
 
 @dataclass

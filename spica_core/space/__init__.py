@@ -17,13 +17,14 @@ _FROM: dict[str, str] = {
     ), "branches"),
     **dict.fromkeys(("config_rejection", "configs_from_shapes", "sort_configs", "worker_shapes"), "enumeration"),
     **dict.fromkeys((
-        "aic_version", "backend_version", "cache_dir", "model_facts", "ModelFacts", "quiet_aic",
+        "aic_version", "backend_version", "bundled_models", "cache_dir", "model_facts", "ModelFacts", "quiet_aic",
         "system_facts", "SystemFacts",
     ), "facts"),
     **dict.fromkeys(("kv_tokens_per_rank", "max_seq_len", "shape_kv", "ShapeKV"), "kv"),
     **dict.fromkeys(("Mode", "ParallelConfig", "RoleConfig", "Shape"), "parallel"),
     **dict.fromkeys(("Param",), "params"),
-    **dict.fromkeys(("check_quantization", "Precision", "precision_of"), "precision"),
+    **dict.fromkeys(("check_quantization", "Precision", "precision_of", "precision_problem", "WEIGHT_BITS"),
+                    "precision"),
     **dict.fromkeys((
         "EngineShape", "kv_blocks_per_rank", "model_config", "profile_path", "step_engine", "StepTimes",
         "timing_model", "timing_shape",
@@ -42,13 +43,13 @@ if TYPE_CHECKING:  # what type checkers and editors see
     )
     from spica_core.space.enumeration import config_rejection, configs_from_shapes, sort_configs, worker_shapes
     from spica_core.space.facts import (
-        aic_version, backend_version, cache_dir, model_facts, ModelFacts, quiet_aic, system_facts,
+        aic_version, backend_version, bundled_models, cache_dir, model_facts, ModelFacts, quiet_aic, system_facts,
         SystemFacts
     )
     from spica_core.space.kv import kv_tokens_per_rank, max_seq_len, shape_kv, ShapeKV
     from spica_core.space.parallel import Mode, ParallelConfig, RoleConfig, Shape
     from spica_core.space.params import Param
-    from spica_core.space.precision import check_quantization, Precision, precision_of
+    from spica_core.space.precision import check_quantization, Precision, precision_of, precision_problem, WEIGHT_BITS
     from spica_core.space.profiles import (
         EngineShape, kv_blocks_per_rank, model_config, profile_path, step_engine, StepTimes, timing_model,
         timing_shape
@@ -63,5 +64,5 @@ __all__ = [
     "model_facts", "ModelFacts", "ParallelConfig", "Param", "pinned_configs", "Precision", "precision_of",
     "profile_path", "ProjectionRecord", "quiet_aic", "RoleConfig", "Shape", "shape_kv", "ShapeKV",
     "sort_configs", "step_engine", "StepTimes", "system_facts", "SystemFacts", "timing_model", "timing_shape",
-    "Variant", "VARIANT_KNOBS", "worker_shapes",
+    "Variant", "VARIANT_KNOBS", "worker_shapes", "bundled_models", "precision_problem", "WEIGHT_BITS",
 ]
