@@ -72,7 +72,7 @@ def _search_and_rank(run: ValidatedRun, show_progress: bool) -> SweepSummary:
         predictor = load_predictor_task(run)
         context = SearchContext(config, str(run.trace_file) if run.trace_file else None, predictor,
                                 warm_start=run.warm_start, optimizer=optimizer, calibration=run.calibration)
-        reuse_replays(run, context)  # a calibrated run starts from its uncalibrated run's replays, scored again
+        reused = reuse_replays(run, context)  # a calibrated run starts from its uncalibrated run's replays
         done = stored_trials(run.run_dir, context)  # a resumed run starts from what is already done
         cache = EvalCache.of(done)
         _, target = round_plan(branch_set.branches, config)
@@ -105,7 +105,8 @@ def _search_and_rank(run: ValidatedRun, show_progress: bool) -> SweepSummary:
                         objectives=tuple(o.value for o in config.goal.objectives), ranking=emitted.records,
                         required_attainment=config.goal.required_attainment,
                         tally=tally, stalls=tuple(stalls),
-                        warnings=(*branch_set.warnings, *dropped), load_predictor_reason=predictor.reason,
+                        warnings=(*branch_set.warnings, *dropped), notes=(reused,) if reused else (),
+                        load_predictor_reason=predictor.reason,
                         load_predictor_winners=dict(predictor.best_by_interval),
                         report=str(emitted.report.markdown) if emitted.report else None,
                         manifests=tuple(str(p) for p in emitted.manifests.values()),

@@ -89,16 +89,19 @@ def requirement_lines(ranking: Sequence[Ranked], pareto: bool, required: float) 
 
 
 def calibration_lines(ranking: Sequence[Ranked]) -> list[str]:
-    """Which calibration the table's numbers are under, and which rows it corrected (none: no line)."""
+    """Which calibration the table's numbers are under, and which of its rows each measured group corrected
+    (no calibration: no line)."""
     applied = [r for r in ranking if r.calibration is not None]
     if not applied:
         return []
-    measured = [f"#{r.rank} {r.calibration.group} ({r.calibration.rows} rows)" for r in applied
-                if r.calibration is not None and r.calibration.group is not None]
-    shipped = len(applied) - len(measured)
-    tail = f"; {shipped} of the rows shown keep the shipped numbers (groups it did not measure)" if shipped else ""
-    return [f"calibration: {applied[0].calibration.file}: " + (", ".join(measured) or "no row shown was measured")
-            + tail]
+    by_group: dict[str, list[str]] = {}
+    for r in applied:
+        assert r.calibration is not None
+        what = (f"{r.calibration.group} ({r.calibration.rows} measured)" if r.calibration.group is not None
+                else "not measured, shipped numbers")
+        by_group.setdefault(what, []).append(f"#{r.rank}")
+    return [f"calibration: {applied[0].calibration.file}",  # type: ignore[union-attr]
+            *(f"  {what}: {', '.join(ranks)}" for what, ranks in by_group.items())]
 
 
 def tally_lines(tally: Tally) -> list[str]:
@@ -119,7 +122,7 @@ def render_summary(summary: SweepSummary) -> str:
         winners = ", ".join(f"{interval} s → {w if isinstance(w, str) else json.dumps(w)}"
                             for interval, w in sorted(summary.load_predictor_winners.items()))
         lines.append(f"load predictor ({summary.load_predictor_reason}): {winners}")
-    for msg in summary.stalls:
+    for msg in (*summary.notes, *summary.stalls):
         lines.append(msg)
     for msg in summary.warnings:
         lines.append(f"warning: {msg}")

@@ -29,7 +29,8 @@ def emit_task(run: ValidatedRun, ranking: list[RankedCandidate], trials: list[Tr
     if emitted is None:
         records = records_of(ranking, tally, provenance)
         chosen = [r.rank for r in options.chosen(records)]
-        records, confidence = recheck(records, chosen, run.search_config, run.trace_file, evaluator)
+        records, confidence = recheck(records, chosen, run.search_config, run.trace_file, evaluator,
+                                      calibration=run.calibration)
         rd.write("candidates", [r.to_row() for r in records], inputs)
         emitted = emit_outputs(rd, records, options, config=run.search_config, trials=trials, tally=tally,
                                provenance=provenance, trace_file=run.trace_file, confidence=confidence)

@@ -36,29 +36,27 @@ def stored_trials(rd: RunDir, context: SearchContext) -> list[Trial]:
     return [Trial.from_row(r) for r in rd.rows("trials")]
 
 
-def reuse_replays(run: ValidatedRun, context: SearchContext) -> int:
+def reuse_replays(run: ValidatedRun, context: SearchContext) -> str | None:
     """A calibrated run with no trials of its own starts from the same config's uncalibrated run
     (``RUNS_ROOT/<its run id>``): every trial that run holds, each feasible one scored again under the calibration
-    from the requests its replay kept. The search then goes on from there, as on a resume. Returns how many
-    replays it re-used."""
+    from the requests its replay kept. The search then goes on from there, as on a resume. Returns what it did,
+    for the summary (None: there was nothing to re-use)."""
     rd, uncalibrated = run.run_dir, run.identity.uncalibrated_run_id
     if context.calibration is None or run.runs_root is None or uncalibrated is None or rd.has("trials"):
-        return 0
+        return None
     plain = replace(context, calibration=None)
     source = RunDir(run.runs_root / uncalibrated)
     if not source.readable("trials") or not source.fresh("trials", trials_fingerprint(plain)):
-        return 0
+        return None
     trials = [Trial.from_row(r) for r in source.rows("trials")]
     try:
         scored = recalibrated(trials, context.config, context.calibration)
     except CalibrationFileError as exc:
-        print(f"not re-using the replays of {source.path}: {exc}")
-        return 0
+        return f"replayed anew, not re-using the replays of {source.path}: {exc}"
     rows = [replace(t, cache_key=cache_key(context.key, t.selection, t.parallel)).to_row() for t in scored]
     rd.write("trials", rows, trials_fingerprint(context))
-    replays = sum(1 for t in scored if not t.cache_hit and t.replay_seconds)
-    print(f"re-used {replays} replays of {source.path}, scored again under the calibration")
-    return replays
+    replays = sum(1 for t in scored if t.is_evaluated_success)
+    return f"re-used {replays} replays of {source.path} (the same config without the calibration), scored again"
 
 
 def _search_name() -> str:

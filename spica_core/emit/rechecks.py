@@ -28,6 +28,7 @@ from spica_core.config.goal import GOODPUT_TARGETS
 from spica_core.config.model import SmartSearchConfig
 from spica_core.emit.records import CandidateRecord
 from spica_core.errors import SpicaError
+from spica_core.evaluate.calibration import Calibration
 from spica_core.evaluate.bands import load_bands
 from spica_core.evaluate.evaluation import EvalRequest
 from spica_core.evaluate.headroom import headroom_job
@@ -63,12 +64,13 @@ class ConfidenceCheck:
 
 
 def request_of(record: CandidateRecord, config: SmartSearchConfig, trace_file: Path | None,
-               goal: Any = None) -> EvalRequest:
-    """The evaluation request that replays a ranked candidate again."""
+               goal: Any = None, calibration: Calibration | None = None) -> EvalRequest:
+    """The evaluation request that replays a ranked candidate again (under the run's calibration, if any)."""
     c = record.candidate
     return EvalRequest(candidate=replace(c), workload=config.workload, goal=goal or config.goal,
                        trace_file=str(trace_file) if trace_file else None,
-                       kv_load_ratio=c.kv_load.ratio if c.kv_load else None, eval_id=f"rank-{record.rank}")
+                       kv_load_ratio=c.kv_load.ratio if c.kv_load else None, eval_id=f"rank-{record.rank}",
+                       calibration=calibration)
 
 
 def with_headroom(records: Sequence[CandidateRecord], ranks: Sequence[int], config: SmartSearchConfig,
@@ -101,25 +103,27 @@ def confidence_check(records: Sequence[CandidateRecord], config: SmartSearchConf
 
 def recheck(records: Sequence[CandidateRecord], ranks: Sequence[int], config: SmartSearchConfig,
             trace_file: Path | None, evaluator: Evaluator | None = None, *, headroom: bool = True,
-            spread: bool = True, confidence: float | None = CHECK_CONFIDENCE,
-            top: int = CHECK_TOP) -> tuple[list[CandidateRecord], ConfidenceCheck | None]:
+            spread: bool = True, confidence: float | None = CHECK_CONFIDENCE, top: int = CHECK_TOP,
+            calibration: Calibration | None = None) -> tuple[list[CandidateRecord], ConfidenceCheck | None]:
     """Every extra replay of the emit stage at once: the headroom and the spread of the records in ``ranks``,
     and the ``confidence`` check of the top ``top`` (None: no check). On ``evaluator``, a free worker takes
-    the next replay of any of them; without one, they run one after another in this process."""
+    the next replay of any of them; without one, they run one after another in this process. ``calibration``:
+    the run's, which every extra replay is scored under."""
     jobs: dict[tuple[str, int], Job[Any]] = {}
     for r in records:
         if r.rank not in ranks:
             continue
         if headroom and config.goal.sla is not None:
-            jobs["headroom", r.rank] = headroom_job(request_of(r, config, trace_file), attainment(r.metrics))
+            jobs["headroom", r.rank] = headroom_job(request_of(r, config, trace_file, calibration=calibration),
+                                                    attainment(r.metrics))
         if spread and not replay_is_exact(r.candidate):
-            jobs["spread", r.rank] = _spread_or_none(request_of(r, config, trace_file))
+            jobs["spread", r.rank] = _spread_or_none(request_of(r, config, trace_file, calibration=calibration))
     checking = (confidence is not None and sla_moves_ranking(config) and config.goal.sla_confidence != confidence
                 and bool(records))
     if checking:
         goal = config.goal.model_copy(update={"sla_confidence": confidence})
         for r in records[:top]:
-            jobs["confidence", r.rank] = _score(request_of(r, config, trace_file, goal))
+            jobs["confidence", r.rank] = _score(request_of(r, config, trace_file, goal, calibration))
     if evaluator is None:
         found = dict(zip(jobs, (run_job(job) for job in jobs.values())))
     else:
@@ -131,8 +135,11 @@ def recheck(records: Sequence[CandidateRecord], ranks: Sequence[int], config: Sm
         spread: ReplaySpread | None = found.get(("spread", r.rank))
         if spread is not None:
             widened = {k: SPREAD_WIDENING * v for k, v in spread.band_spread().items()}
-            bands = load_bands().bands(r.candidate.context.model_name, r.candidate.context.hardware_sku,
-                                       r.candidate.backend, r.metrics, widened)
+            group = (r.candidate.context.model_name, r.candidate.context.hardware_sku, r.candidate.backend)
+            raw = r.uncalibrated or r.metrics
+            bands = load_bands().bands(*group, raw, widened)
+            if calibration is not None:
+                bands = calibration.bands(*group, raw, bands)
             half = max(spread.score.median - spread.score.min, spread.score.max - spread.score.median)
             r = replace(r, bands=bands, score_spread=SPREAD_WIDENING * half)
         out.append(r)

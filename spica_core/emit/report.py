@@ -25,6 +25,7 @@ from spica_core.config.model import SmartSearchConfig
 from spica_core.emit.rechecks import ConfidenceCheck
 from spica_core.emit.records import CandidateRecord, Provenance
 from spica_core.emit.report_aic import _aic_section
+from spica_core.emit.report_calibration import _calibration_section
 from spica_core.emit.report_format import _Goal
 from spica_core.emit.report_goal import _goal_section
 from spica_core.emit.report_plots import PLOT_NAMES, draw_plots
@@ -83,6 +84,7 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, str]) -> str:
     lines += _goal_section(inputs, goal)
     lines += _workload_section(inputs, plots)
     lines += _results_section(inputs, goal, plots)
+    lines += _calibration_section(inputs)
     lines += _winner_section(inputs, goal)
     lines += _aic_section(inputs)
     lines += _tally_section(inputs)

@@ -20,6 +20,7 @@ class SweepSummary:
     tally: Tally
     stalls: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()                     # what the run took from elsewhere (a calibrated run's replays)
     load_predictor_reason: str = ""
     load_predictor_winners: dict[int, Any] = field(default_factory=dict)
     report: str | None = None                       # report.md, once the emit stage wrote it
