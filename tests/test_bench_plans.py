@@ -117,19 +117,31 @@ def test_traffic_a_plan_cannot_express_gets_a_note_not_a_plan(tmp_path: Path, wo
 AIPERF_BIN = Path(__file__).resolve().parents[1] / ".venv-aiperf" / "bin" / "aiperf"   # scripts/test.sh installs it
 
 
-def _word_level_tokenizer(folder: Path) -> Path:
-    """A Hugging Face tokenizer built here (nothing can be downloaded): whitespace words, unknown ones one token."""
+TOKENIZER_REPO = "spica-tests/word-level"
+
+
+def _word_level_tokenizer(cache: Path) -> dict[str, str]:
+    """A Hugging Face tokenizer built here (nothing can be downloaded): whitespace words, unknown ones one token.
+    It is laid out as a snapshot in a Hugging Face cache and named by repo id, with the hub offline: AIPerf
+    0.13.0 decodes trace prompts in worker processes that force offline mode, where a tokenizer given as a local
+    folder fails to load. Returns the environment that points AIPerf at it."""
     vocab = {"[UNK]": 0, "[PAD]": 1, "word": 2}
     special = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
                 "special": True} for t, i in (("[UNK]", 0), ("[PAD]", 1))]
+    repo = cache / ("models--" + TOKENIZER_REPO.replace("/", "--"))
+    revision = "0" * 40
+    folder = repo / "snapshots" / revision
     folder.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
     (folder / "tokenizer.json").write_text(json.dumps({
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": special, "normalizer": None,
         "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None, "decoder": None,
         "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}}))
     (folder / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]", "pad_token": "[PAD]"}))
-    return folder
+    return {"TOKENIZER": TOKENIZER_REPO, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1"}
 
 
 @pytest.mark.slow
@@ -158,9 +170,8 @@ def test_the_real_aiperf_runs_a_plan_against_a_local_server_and_measures_what_it
             except httpx.TransportError:
                 assert time.monotonic() < end and server.poll() is None, "the fixture server did not start"
                 time.sleep(0.1)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HF_HUB_OFFLINE")}
-        env.update(PATH=f"{AIPERF_BIN.parent}:{os.environ['PATH']}", URL=f"http://127.0.0.1:{port}", MODEL=MODEL,
-                   TOKENIZER=str(_word_level_tokenizer(tmp_path / "tokenizer")), OUT=str(tmp_path / "measured"))
+        env = {**os.environ, "PATH": f"{AIPERF_BIN.parent}:{os.environ['PATH']}", "URL": f"http://127.0.0.1:{port}",
+               "MODEL": MODEL, "OUT": str(tmp_path / "measured"), **_word_level_tokenizer(tmp_path / "hf")}
         done = subprocess.run(["bash", str(plans[1])], env=env, cwd=tmp_path, capture_output=True, text=True,
                               timeout=600)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

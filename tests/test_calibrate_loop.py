@@ -74,9 +74,8 @@ def test_the_real_aiperf_measures_a_plan_and_spica_calibrate_holds_what_it_measu
             except httpx.TransportError:
                 assert time.monotonic() < end and server.poll() is None, "the fixture server did not start"
                 time.sleep(0.1)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HF_HUB_OFFLINE")}
-        env.update(PATH=f"{AIPERF_BIN.parent}:{os.environ['PATH']}", URL=f"http://127.0.0.1:{port}", MODEL=MODEL,
-                   TOKENIZER=str(_word_level_tokenizer(tmp_path / "tokenizer")), OUT=str(results))
+        env = {**os.environ, "PATH": f"{AIPERF_BIN.parent}:{os.environ['PATH']}", "URL": f"http://127.0.0.1:{port}",
+               "MODEL": MODEL, "OUT": str(results), **_word_level_tokenizer(tmp_path / "hf")}
         done = subprocess.run(["bash", str(run / "benchmarks" / "rank-1.sh")], env=env, capture_output=True,
                               text=True, timeout=900)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -117,13 +116,17 @@ def test_show_ranks_a_finished_run_again_under_a_calibration_without_replaying(r
     assert {p.name: p.read_bytes() for p in run.glob("*.parquet")} == before      # nothing written, nothing replayed
     calibration = load_calibration(cal)
     ranked = rank_trials(FinishedRun.open(run).calibrated(calibration).trials, FinishedRun.open(run).config)
-    assert [c["trial"] for c in shown["candidates"]] == [r.trial for r in ranked]
+    assert [(c["config"]["deployment_mode"], c["trial"]) for c in shown["candidates"]] == [
+        (r.mode, r.trial) for r in ranked]
     first = shown["candidates"][0]
     assert first["calibration"]["group"] == f"model=Qwen/Qwen3-32B;system=h200_sxm;backend=vllm"
     assert first["calibration"]["rows"] == 3
-    by_trial = {c["trial"]: c for c in shown["candidates"]}
-    assert by_trial[top.trial]["metrics"]["mean_ttft_ms"] == pytest.approx(2.5 * top.metrics["mean_ttft_ms"])
-    assert by_trial[top.trial]["uncalibrated_metrics"]["mean_ttft_ms"] == pytest.approx(top.metrics["mean_ttft_ms"])
+    by_trial = {(c["config"]["deployment_mode"], c["trial"]): c for c in shown["candidates"]}
+    was = by_trial[top.candidate.mode, top.trial]
+    c = calibration.corrections("Qwen/Qwen3-32B", "h200_sxm", "vllm")["ttft_ms"]
+    assert c == pytest.approx(2.5)                                     # three rows at 2.5 ×: their own median
+    assert was["metrics"]["mean_ttft_ms"] == pytest.approx(c * top.metrics["mean_ttft_ms"])
+    assert was["uncalibrated_metrics"]["mean_ttft_ms"] == pytest.approx(top.metrics["mean_ttft_ms"])
     # the ranking follows the calibrated numbers: those that still meet the SLA first, then by score
     meets = [c["meets_sla"] for c in shown["candidates"]]
     assert meets == sorted(meets, reverse=True) and sum(meets) < sum(
@@ -152,8 +155,8 @@ def test_a_calibrated_sweep_re_uses_every_replay_of_the_uncalibrated_run(run: Pa
     assert [t.replay_seconds for t in again.trials] == [t.replay_seconds for t in plain.trials]
     assert [t.uncalibrated for t in again.trials] == [t.metrics for t in plain.trials]
     expected = plain.calibrated(load_calibration(cal))
-    assert [(r.trial, r.score) for r in again.records] == [(r.trial, pytest.approx(r.score))
-                                                           for r in expected.records]
+    assert [(r.candidate.mode, r.trial, r.score) for r in again.records] == [
+        (r.candidate.mode, r.trial, pytest.approx(r.score)) for r in expected.records]
     assert json.loads((calibrated_dir / "candidates.json").read_text())["candidates"][0]["calibration"]["rows"] == 1
     assert "## Calibration" in (calibrated_dir / "report.md").read_text()
 
