@@ -285,6 +285,10 @@ def write_docs(doc: dict[str, Any], path: Path = DOC) -> None:
     path.write_text("\n".join(L))
     if path == DOC:
         write_benchmarks_block(doc)
+        from bench import bench_calibration
+
+        if bench_calibration.OUT.exists():   # its block of this page, kept when the page is written again
+            bench_calibration.write_doc(json.loads(bench_calibration.OUT.read_text()))
 
 
 def write_benchmarks_block(doc: dict[str, Any]) -> None:

@@ -61,13 +61,14 @@ def headline(run: dict[str, Any], minutes: float | None = None) -> str:
     return f"`{run.get('command', '?')}` ({', '.join(parts)})"
 
 
-def write_section(name: str, heading: str, lines: list[str]) -> None:
-    """Replace the block ``<!-- NAME:begin -->`` … ``<!-- NAME:end -->``, or append it under ``heading``."""
-    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
+def write_section(name: str, heading: str, lines: list[str], path: Path = DOCS) -> None:
+    """Replace the block ``<!-- NAME:begin -->`` … ``<!-- NAME:end -->`` of ``path`` (docs/benchmarks.md), or
+    append it under ``heading``."""
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
     begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
     block = f"{begin}\n" + "\n".join(lines).rstrip() + f"\n{end}"
     if begin in text:
         text = text[:text.index(begin)] + block + text[text.index(end) + len(end):]
     else:
         text = text.rstrip() + f"\n\n## {heading}\n\n" + block + "\n"
-    DOCS.write_text(text)
+    path.write_text(text)

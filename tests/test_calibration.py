@@ -71,14 +71,20 @@ def test_one_or_two_rows_give_a_shrunk_correction_between_the_prior_and_what_the
     assert ttft.correction < two.metrics["ttft_ms"].correction < 3.0   # more rows, less shrinking
 
 
-def test_three_rows_get_their_own_quantiles() -> None:
-    rows = [_row(i, t, 12.0) for i, t in enumerate((150.0, 200.0, 400.0))]
+def test_ten_rows_get_their_own_median_and_quantiles_never_narrower_than_the_shipped_spread() -> None:
+    ttfts = (150.0, 160.0, 170.0, 180.0, 190.0, 200.0, 210.0, 220.0, 230.0, 400.0)
+    rows = [_row(i, t, 12.0) for i, t in enumerate(ttfts)]
     group = fit_calibration(rows, _table()).groups[f"model={MODEL};system={SKU};backend={BACKEND}"]
     ttft = group.metrics["ttft_ms"]
-    assert (ttft.method, ttft.weight, ttft.correction) == ("own", 1.0, pytest.approx(2.0))
-    assert ttft.ratio.p10 == pytest.approx(1.5 + 0.2 * 0.5) and ttft.ratio.p90 == pytest.approx(2.0 + 0.8 * 2.0)
+    assert (ttft.method, ttft.weight, ttft.rows) == ("own", 1.0, 10)
+    assert ttft.correction == pytest.approx(np.median(ttfts) / 100)
+    own_p90 = np.percentile([t / 100 for t in ttfts], 90)
+    assert ttft.ratio.p90 == pytest.approx(max(own_p90, ttft.correction * 2.4 / 1.2))   # the shipped ×2 above p50
+    assert ttft.ratio.p10 == pytest.approx(ttft.correction * 0.6 / 1.2)                 # own p10 is narrower
     assert group.metrics["itl_ms"].correction == pytest.approx(1.2)
-    assert [r.id for r in group.rows] == ["r0", "r1", "r2"]
+    assert [r.id for r in group.rows] == [f"r{i}" for i in range(10)]
+    nine = fit_calibration(rows[:9], _table()).groups[group.key].metrics["ttft_ms"]
+    assert nine.method == "shrunk" and nine.weight == pytest.approx(shrinkage(_table(), "ttft_ms").weight(9))
 
 
 def test_a_calibration_file_round_trips_and_its_fingerprint_is_its_content(tmp_path: Path) -> None:
@@ -168,7 +174,7 @@ def test_a_measured_group_moves_the_score_the_way_its_correction_says(replayed: 
     config, outcome = replayed
     slow = fit_calibration([_row(i, 3 * outcome.metrics["mean_ttft_ms"], 1.5 * outcome.metrics["mean_itl_ms"],
                                  (outcome.metrics["mean_ttft_ms"], outcome.metrics["mean_itl_ms"]))
-                            for i in range(3)], load_bands(), str(tmp_path / "slow.json"))
+                            for i in range(10)], load_bands(), str(tmp_path / "slow.json"))
     out = calibrated(outcome, config.goal, slow, closed_loop=True)
     assert out.metrics["mean_ttft_ms"] == pytest.approx(3 * outcome.metrics["mean_ttft_ms"])
     assert out.uncalibrated == outcome.metrics
@@ -176,7 +182,7 @@ def test_a_measured_group_moves_the_score_the_way_its_correction_says(replayed: 
     assert out.metrics["goodput_completed_requests"] == good < outcome.metrics["goodput_completed_requests"]
     assert out.score < outcome.score
     assert out.calibration.to_dict() == {"file": str(tmp_path / "slow.json"),
-                                         "group": f"model={MODEL};system={SKU};backend={BACKEND}", "rows": 3}
+                                         "group": f"model={MODEL};system={SKU};backend={BACKEND}", "rows": 10}
     assert out.bands["ttft_ms"].p50 == pytest.approx(out.metrics["mean_ttft_ms"])
 
 
@@ -228,10 +234,10 @@ def test_spica_evaluate_prints_the_calibrated_and_the_replayed_numbers(replayed:
                                                                         capsys: Any) -> None:
     _, outcome = replayed
     path = write_calibration(fit_calibration([_row(i, 2 * outcome.metrics["mean_ttft_ms"], outcome.metrics[
-        "mean_itl_ms"], (outcome.metrics["mean_ttft_ms"], outcome.metrics["mean_itl_ms"])) for i in range(3)],
+        "mean_itl_ms"], (outcome.metrics["mean_ttft_ms"], outcome.metrics["mean_itl_ms"])) for i in range(10)],
         load_bands()), tmp_path / "cal.json")
     assert spica(["evaluate", str(_pinned(tmp_path)), "--json", "--calibration", str(path)]) == 0
     body = json.loads(capsys.readouterr().out)
-    assert body["calibration"] == {"file": str(path.resolve()), "rows": 3,
+    assert body["calibration"] == {"file": str(path.resolve()), "rows": 10,
                                    "group": f"model={MODEL};system={SKU};backend={BACKEND}"}
     assert body["metrics"]["mean_ttft_ms"] == pytest.approx(2 * body["uncalibrated_metrics"]["mean_ttft_ms"])

@@ -5,7 +5,8 @@ rows); ``--calibration FILE`` and ``goal.calibration`` apply it. For each group 
 latency (mean TTFT, mean ITL), the file holds the quantiles of measured ÷ predicted and the *correction*, the
 factor a prediction of that group is multiplied by:
 
-- a group with at least :data:`OWN_ROWS` rows gets its own quantiles, and its correction is their median;
+- a group with at least :data:`OWN_ROWS` rows (the shipped band file's own threshold) gets its own median as its
+  correction and its own quantiles as its band, never narrower than the shipped band's spread around it;
 - a group with fewer rows gets a shrunk correction (``spica_core.calibrate.fit``) and the shipped band's
   spread around it.
 
@@ -27,7 +28,7 @@ from spica_core.store import fingerprint
 
 CALIBRATION_KIND = "spica-calibration"
 CALIBRATION_SCHEMA = 1
-OWN_ROWS = 3                         # a group with this many rows gets its own quantiles
+OWN_ROWS = 10    # a group with this many rows gets its own quantiles: the shipped band file's own min_rows
 _RATIO_FIELDS = ("p10", "p50", "p90", "p95", "p99", "p05")
 _METRIC_OF = {"ttft_ms": "mean_ttft_ms", "itl_ms": "mean_itl_ms"}
 
