@@ -116,6 +116,17 @@ def held_out(group: Sequence[Mapping[str, Any]], shipped: BandTable) -> dict[str
     return out
 
 
+def held_out_groups(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Every group of accuracy.json with enough rows, calibrated on its lower half (and the other splits)."""
+    usable = [r for r in rows if r.get("predicted_oof") and r.get("band_oof")
+              and all(r["measured"].get(m) for m in METRICS)]
+    by_group: dict[tuple[str, str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    for r in usable:
+        by_group[(r["model"], r["system"], r["backend"])].append(r)
+    shipped = load_bands()
+    return [held_out(g, shipped) for _, g in sorted(by_group.items()) if len(g) >= MIN_ROWS]
+
+
 def _stats(rows: Sequence[Mapping[str, Any]], which: str) -> dict[str, float]:
     errors = [(r[which] - r["measured"]) / r["measured"] for r in rows]
     band = "band_before" if which == "before" else "band_after"
@@ -248,13 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cli-check", action="store_true", help="also run spica calibrate / spica evaluate on one group")
     args = parser.parse_args(argv)
     accuracy = json.loads(ACCURACY.read_text())
-    rows = [r for r in accuracy["rows"] if r.get("predicted_oof") and r.get("band_oof")
-            and all(r["measured"].get(m) for m in METRICS)]
-    by_group: dict[tuple[str, str, str], list[Mapping[str, Any]]] = defaultdict(list)
-    for r in rows:
-        by_group[(r["model"], r["system"], r["backend"])].append(r)
-    shipped = load_bands()
-    groups = [held_out(g, shipped) for _, g in sorted(by_group.items()) if len(g) >= MIN_ROWS]
+    groups = held_out_groups(accuracy["rows"])
     command = "PYTHONPATH=. .venv/bin/python bench/bench_calibration.py" + (" --cli-check" if args.cli_check else "")
     doc: dict[str, Any] = {"run": provenance(command), "min_rows": MIN_ROWS, "splits": list(SPLITS),
                            "summary": summarize(groups), "groups": groups}
