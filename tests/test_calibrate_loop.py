@@ -5,12 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import shutil
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +16,7 @@ from spica_core.emit import FinishedRun
 from spica_core.evaluate import load_calibration
 from spica_core.search import rank_trials
 from tests.conftest import EXAMPLES
-from tests.test_bench_plans import AIPERF_BIN, _word_level_tokenizer
+from tests.dynamo_fixture import run_plan
 
 ROW_ID = "qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_vllm_agg_1024x128_c8_tp2_epnone_1"
 
@@ -54,34 +48,8 @@ def _export(folder: Path, plan_script: Path, ttft: float, itl: float) -> Path:
 @pytest.mark.slow
 def test_the_real_aiperf_measures_a_plan_and_spica_calibrate_holds_what_it_measured(run: Path, tmp_path: Path,
                                                                                   capfd: Any) -> None:
-    import httpx
-
-    from tests.openai_fixture import MODEL
-
-    assert AIPERF_BIN.exists(), "scripts/test.sh installs AIPerf into .venv-aiperf"
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = subprocess.Popen([sys.executable, str(Path(__file__).with_name("openai_fixture.py")), str(port), "30",
-                               "1"])
     results = tmp_path / "results"
-    try:
-        end = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                assert time.monotonic() < end and server.poll() is None, "the fixture server did not start"
-                time.sleep(0.1)
-        env = {**os.environ, "PATH": f"{AIPERF_BIN.parent}:{os.environ['PATH']}", "URL": f"http://127.0.0.1:{port}",
-               "MODEL": MODEL, "OUT": str(results), **_word_level_tokenizer(tmp_path / "hf")}
-        done = subprocess.run(["bash", str(run / "benchmarks" / "rank-1.sh")], env=env, capture_output=True,
-                              text=True, timeout=900)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    finally:
-        server.terminate()
-        server.wait(30)
+    run_plan(run / "benchmarks" / "rank-1.sh", tmp_path, results, speedup=10)
     [export] = list(results.glob("*/profile_export_aiperf.json"))
     measured = json.loads(export.read_text())
     capfd.readouterr()

@@ -122,7 +122,8 @@ def plan_script(target: Target, record: CandidateRecord, config: SmartSearchConf
         "aiperf profile", '--model "$MODEL"', '--tokenizer "$TOKENIZER"', '--url "$URL"', "--endpoint-type chat",
         "--streaming", f'--input-file "$HERE"/{shlex.quote(workload)}', "--custom-dataset-type mooncake_trace",
         f"--isl-block-size {TRACE_BLOCK_SIZE}", *schedule, f"--request-count {requests}",
-        "--extra-inputs ignore_eos:true", f"--random-seed {config.sweep.seed}", '--artifact-dir "$OUT/$NAME"'])
+        "--extra-inputs ignore_eos:true", "--use-server-token-count", f"--random-seed {config.sweep.seed}",
+        '--artifact-dir "$OUT/$NAME"'])
     return f"""#!/usr/bin/env bash
 # Spica benchmark plan: rank {record.rank}, deployed as {target.name}{f" ({manifest})" if manifest else ""}.
 # Replays the sweep's traffic ({workload}) against the deployed frontend with AIPerf ({AIPERF}):
