@@ -199,6 +199,15 @@ def cli_check(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "measured_ttft_ms": target["measured"]["ttft_ms"]}
 
 
+def compact(group: Mapping[str, Any]) -> dict[str, Any]:
+    """A group as the results file keeps it: its corrections and its held-out figures (the rows themselves are
+    accuracy.json's)."""
+    return {**{k: group[k] for k in ("group", "rows", "calibrating", "held_out")},
+            "errors": {name: {acc: {"correction": v["correction"], "method": v["method"],
+                                    "before": _stats(v["rows"], "before"), "after": _stats(v["rows"], "after")}
+                              for acc, v in per.items()} for name, per in group["errors"].items()}}
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.0f} %"
 
@@ -262,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     groups = held_out_groups(accuracy["rows"])
     command = "PYTHONPATH=. .venv/bin/python bench/bench_calibration.py" + (" --cli-check" if args.cli_check else "")
     doc: dict[str, Any] = {"run": provenance(command), "min_rows": MIN_ROWS, "splits": list(SPLITS),
-                           "summary": summarize(groups), "groups": groups}
+                           "summary": summarize(groups), "groups": [compact(g) for g in groups]}
     if args.cli_check:
         doc["cli_check"] = cli_check(accuracy["rows"])
     write_results(OUT, doc)

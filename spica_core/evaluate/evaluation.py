@@ -278,9 +278,8 @@ def calibrated(out: Outcome, goal: OptimizationGoal, calibration: Calibration, c
     candidate, ctx = out.candidate, out.candidate.context
     group = (ctx.model_name, ctx.hardware_sku, candidate.backend)
     sla = goal.sla.model_dump(exclude_none=True) if goal.sla is not None else None
-    factors = calibration.sla_factors(*group, goal.sla_confidence)
-    if sla is not None and not factors and goal.sla_confidence > 0.5:
-        factors = load_bands().sla_factors(*group, goal.sla_confidence)
+    shipped = load_bands().sla_factors(*group, goal.sla_confidence) if goal.sla_confidence > 0.5 else {}
+    factors = {**shipped, **calibration.sla_factors(*group, goal.sla_confidence)}   # as the replay held it, else
     report = calibrated_report(base, out.requests, calibration.corrections(*group), sla, factors,
                                closed_loop)
     return replace(out, report=report, metrics=candidate_metrics(report), score=score_report(goal, report),

@@ -11,16 +11,15 @@ from pathlib import Path
 
 from spica_core.config.model import SmartSearchConfig
 from spica_core.config.trace import TraceSummary, check_trace
-from spica_core.errors import ConfigError, Issue, SpicaError
+from spica_core.errors import CalibrationFileError, ConfigError, Issue, SpicaError
 from spica_core.space.kv import max_seq_len
 from spica_core.space.precision import check_quantization
 from spica_core.evaluate import Calibration, load_bands, load_calibration, load_serving
-from spica_core.errors import CalibrationFileError
 
 
 @dataclass(frozen=True)
 class Inputs:
-    config: SmartSearchConfig       # with the ``--seed`` and ``--cluster`` overrides applied
+    config: SmartSearchConfig       # with the ``--seed``, ``--cluster`` and ``--calibration`` overrides applied
     trace_file: Path | None         # resolved against the config file's folder
     trace: TraceSummary | None      # None for a synthetic workload
     calibration: Calibration | None = None   # goal.calibration, read and checked
