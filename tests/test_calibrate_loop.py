@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,24 @@ def test_a_calibrated_sweep_re_uses_every_replay_of_the_uncalibrated_run(run: Pa
         (r.candidate.mode, r.trial, pytest.approx(r.score)) for r in expected.records]
     assert json.loads((calibrated_dir / "candidates.json").read_text())["candidates"][0]["calibration"]["rows"] == 1
     assert "## Calibration" in (calibrated_dir / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_an_export_inside_the_run_folder_finds_its_run_without_being_told(run: Path, tmp_path: Path,
+                                                                          capfd: Any) -> None:
+    results = run / "benchmarks" / "results"
+    r1 = FinishedRun.open(run).records[0]
+    try:
+        _export(results / "rank-1-measured", run / "benchmarks" / "rank-1.sh", 700.0, 25.0)
+        assert spica(["calibrate", str(results), "--out", str(tmp_path / "c.json")]) == 0
+        [group] = json.loads((tmp_path / "c.json").read_text())["groups"].values()
+        assert group["rows"][0]["predicted"]["ttft_ms"] == pytest.approx(r1.metrics["mean_ttft_ms"])
+        elsewhere = _export(tmp_path / "elsewhere", run / "benchmarks" / "rank-1.sh", 700.0, 25.0)
+        capfd.readouterr()
+        assert spica(["calibrate", str(elsewhere), "--out", str(tmp_path / "d.json")]) == 2
+        assert "is not inside a run folder; name the run its plan came from with --run" in capfd.readouterr().err
+    finally:
+        shutil.rmtree(results, ignore_errors=True)
 
 
 @pytest.mark.slow
