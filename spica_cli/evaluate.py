@@ -20,7 +20,7 @@ from spica_cli.exits import EXIT_NO_RESULT, EXIT_OK
 HEADLINE_ROWS = ("output_throughput_tok_s", "output_throughput_tok_s_per_gpu", "mean_output_token_throughput_per_user",
                  "request_throughput_rps", "mean_ttft_ms", "p99_ttft_ms", "mean_itl_ms", "p99_itl_ms",
                  "mean_e2e_latency_ms", "p99_e2e_latency_ms", "goodput_output_throughput_tok_s",
-                 "goodput_request_throughput_rps", "prefix_cache_reused_ratio", "gpu_hours", "avg_gpus",
+                 "goodput_request_throughput_rps", "prefix_cache_reused_ratio", "gpu_hours", "cost_per_mtok", "avg_gpus",
                  "completed_requests", "planner_total_ticks")
 
 

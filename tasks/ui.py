@@ -77,6 +77,8 @@ def ui_row(config: SmartSearchConfig, rank: int | None, trial: Trial | RankedCan
         "TTFT on measured GPUs": band_range(c.ttft_band if c else None),
         "ITL on measured GPUs": band_range(c.itl_band if c else None),
     })
+    if config.goal.gpu_hour_usd:
+        row["USD/Mtok"] = fmt(c.cost_per_mtok) if c else "—"
     if isinstance(trial, Trial):
         row["outcome"] = "cache hit" if trial.cache_hit else trial.status.value
         row["reason"] = trial.reason
@@ -183,6 +185,8 @@ def publish_summary(run_id: str, config: SmartSearchConfig, records: Sequence[Ca
                   f"- TTFT: {_sla_text(row.ttft_ms, sla.ttft_ms if sla else None)}",
                   f"- ITL: {_sla_text(row.itl_ms, sla.itl_ms if sla else None)}",
                   f"- throughput: {fmt(row.throughput_tok_s, 'tok/s')}",
+                  *([f"- cost: {fmt(row.cost_per_mtok, 'USD/Mtok')} within the SLA"] if row.priced else []),
+                  *([f"- calibration: {w.calibration.text()}"] if w.calibration is not None else []),
                   f"- headroom: {headroom.text() if headroom else 'no SLA, so no headroom' if sla is None else '—'}",
                   f"- found in round {w.round + 1}, trial {w.trial + 1}"]
     else:

@@ -25,6 +25,10 @@ EXAMPLE_SUMMARIES: dict[str, dict[str, str]] = {
         "workload": "synthetic isl 4000 / osl 500, concurrency 32 (closed loop)",
         "goal": "goodput_per_gpu, SLA ttft_ms=2000.0, itl_ms=40.0 held by at least 90 % of requests (planner target 'sla')",
     },
+    "cost.yaml": {
+        "goal": "cost_per_mtok, SLA ttft_ms=2000.0, itl_ms=40.0 held by at least 90 % of requests (planner target 'sla')",
+        "GPU prices": "h100_sxm 3 USD/GPU-hour, h200_sxm 4 USD/GPU-hour",
+    },
     "deepseek_v3_trace.yaml": {
         "branches": "disagg, agg (one Vizier study each); backends vllm",
         "pinned context": "model_name=deepseek-ai/DeepSeek-V3, hardware_sku=h200_sxm, gpu_budget=32",

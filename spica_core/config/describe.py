@@ -75,6 +75,11 @@ def describe(config: SmartSearchConfig, trace: TraceSummary | None = None) -> st
                                           if g.required_attainment > 0 else "in goodput only (sla_attainment 0)")
                     if sla else "")
                  + f" (planner target '{planner_target(g)}')")
+    if g.gpu_hour_usd:
+        lines.append("GPU prices      : " + ", ".join(f"{sku} {usd:g} USD/GPU-hour" for sku, usd in
+                                                       sorted(g.gpu_hour_usd.items())))
+    if g.calibration:
+        lines.append(f"calibration     : {g.calibration}")
     if policies.dropped:
         lines.append(f"dropped policies: {policies.dropped} — {policies.reason}")
     lines.append(f"sweep           : policy {sw.policy.value}, {sw.max_rounds} rounds × {sw.per_round} per round, "

@@ -23,11 +23,14 @@ class OptimizationTarget(str, Enum):
     goodput = "goodput"
     goodput_per_gpu = "goodput_per_gpu"
     min_gpus = "min_gpus"
+    cost_per_mtok = "cost_per_mtok"
     pareto = "pareto"
 
 
 GOODPUT_TARGETS = frozenset({OptimizationTarget.goodput, OptimizationTarget.goodput_per_gpu})
-MINIMIZED_TARGETS = frozenset({OptimizationTarget.e2e_latency, OptimizationTarget.min_gpus})
+MINIMIZED_TARGETS = frozenset({OptimizationTarget.e2e_latency, OptimizationTarget.min_gpus,
+                               OptimizationTarget.cost_per_mtok})
+COST_TARGETS = frozenset({OptimizationTarget.cost_per_mtok})   # they need goal.gpu_hour_usd
 DEFAULT_SLA_ATTAINMENT = 0.9   # the share of requests that must meet an SLA unless goal.sla_attainment says otherwise
 DEFAULT_PARETO = (OptimizationTarget.throughput_per_gpu, OptimizationTarget.throughput_per_user)
 
@@ -71,6 +74,10 @@ class OptimizationGoal(_Model):
     robust_scale: Annotated[float, Field(ge=1, json_schema_extra={"maximum": limits.TRAFFIC_SCALE.maximum}),
                             BeforeValidator(_no_bool), _at_most(limits.TRAFFIC_SCALE)] = Field(
         default=1.0, description="rank by the worst score over traffic scales 1 and this (1: off)")
+    gpu_hour_usd: dict[str, Annotated[float, Field(gt=0), BeforeValidator(_no_bool)]] | None = Field(
+        default=None, description="your price of one GPU-hour in USD, per SKU (e.g. {h200_sxm: 3.5}); needed by "
+                                  "target cost_per_mtok, and then for every SKU a candidate can run on. Spica "
+                                  "ships no prices")
     calibration: str | None = Field(
         default=None, description="a calibration file written by `spica calibrate` (relative to the config file): "
                                   "measurements on your own GPUs correct the latencies, bands and SLA count of "
@@ -100,6 +107,9 @@ class OptimizationGoal(_Model):
 
     @model_validator(mode="after")
     def _rules(self) -> OptimizationGoal:
+        if COST_TARGETS & set(self.objectives) and not self.gpu_hour_usd:
+            raise FieldError("gpu_hour_usd", "target cost_per_mtok needs your GPU prices: set gpu_hour_usd to "
+                             "{SKU: USD per GPU-hour} for every SKU a candidate can run on", None, True)
         if self.sla is None:
             if self.sla_attainment is not None:
                 raise FieldError("sla_attainment", "is the share of requests that must meet goal.sla, and goal.sla "

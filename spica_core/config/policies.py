@@ -18,6 +18,8 @@ def planner_target(goal: OptimizationGoal) -> str:
         return "latency"
     if goal.target in GOODPUT_TARGETS or goal.target is OptimizationTarget.min_gpus:
         return "sla"   # scale to hold the SLA
+    if goal.target is OptimizationTarget.cost_per_mtok and goal.sla is not None:
+        return "sla"   # tokens within the SLA are what is paid for: hold it with as few GPUs as it takes
     return "throughput"
 
 
@@ -65,7 +67,8 @@ def filter_for_goal(config: SmartSearchConfig) -> PolicyFilter:
     kept, dropped = filter_scaling_policies(policies, allow_throughput=(target == "sla"))
     reason = ""
     if dropped:
-        reason = (f"throughput-scaling policies need a goodput or min_gpus goal (planner target 'sla'); "
+        reason = (f"throughput-scaling policies need a goodput, min_gpus or (with an SLA) cost_per_mtok goal "
+                  "(planner target 'sla'); "
                   f"goal {goal.target.value} maps to planner target '{target}'")
     sla = goal.sla
     missing = [] if sla is None else [name for name in ("ttft_ms", "itl_ms") if getattr(sla, name) is None]

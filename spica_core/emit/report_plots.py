@@ -15,6 +15,7 @@ from spica_core.emit.numbers import fmt
 from spica_core.emit.report_format import _feasible, _Goal, _seconds, _target_label
 from spica_core.emit.report_workload import trace_profile
 from spica_core.errors import SpicaError
+from spica_core.evaluate.scoring import meets_requirement
 from spica_core.evaluate.evaluation import Status
 from spica_core.space.branches import config_strategy
 
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from spica_core.emit.report import ReportInputs
 
 
-PLOT_NAMES = ("front", "progress", "by_backend", "headroom", "trace_rate")
+PLOT_NAMES = ("front", "cost", "progress", "by_backend", "headroom", "trace_rate")
 
 
 FIGSIZE = (6.0, 4.0)
@@ -140,6 +141,32 @@ def progress_series(inputs: ReportInputs) -> dict[str, list[tuple[int, float]]]:
     return out
 
 
+def plot_cost(inputs: ReportInputs) -> bytes | None:
+    """With GPU prices: cost per million output tokens against goodput, every feasible trial, and the front of
+    those that meet the SLA requirement (no cheaper candidate serves as much within the SLA)."""
+    if not inputs.config.goal.gpu_hour_usd:
+        return None
+    required = inputs.config.goal.required_attainment
+    points = [(float(t.metrics.get("goodput_output_throughput_tok_s") or t.metrics.get("output_throughput_tok_s")
+                     or 0.0), float(t.metrics["cost_per_mtok"]), meets_requirement(required, t.metrics))
+              for t in _feasible(inputs.trials) if t.metrics.get("cost_per_mtok") is not None]
+    if not points:
+        return None
+    meeting = sorted((x, y) for x, y, ok in points if ok)
+    front = [p for p in meeting if not any(q[0] >= p[0] and q[1] < p[1] or q[0] > p[0] and q[1] <= p[1]
+                                           for q in meeting)]
+    fig, ax = _figure()
+    ax.scatter([x for x, _, _ in points], [y for _, y, _ in points], s=14, color="#9a9a9a", alpha=0.6,
+               label="feasible trials")
+    if front:
+        ax.plot(*zip(*sorted(front)), "-o", color="#1f77b4", ms=5, label="cost front (meets the SLA requirement)")
+    ax.set_xlabel("goodput (tok/s)" if inputs.config.goal.sla is not None else "throughput (tok/s)")
+    ax.set_ylabel("cost (USD per million output tokens)")
+    ax.set_title("cost against goodput", fontsize=10)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
 def plot_progress(inputs: ReportInputs) -> bytes | None:
     series = progress_series(inputs)
     if not series:
@@ -234,7 +261,8 @@ def plot_trace_rate(path: Path) -> bytes | None:
 def draw_plots(inputs: ReportInputs) -> dict[str, bytes]:
     """Every plot the inputs can fill, as PNG bytes by name (a plot with no data is left out)."""
     out: dict[str, bytes] = {}
-    drawers: dict[str, Any] = {"front": lambda: plot_front(inputs), "progress": lambda: plot_progress(inputs),
+    drawers: dict[str, Any] = {"front": lambda: plot_front(inputs), "cost": lambda: plot_cost(inputs),
+                               "progress": lambda: plot_progress(inputs),
                                "by_backend": lambda: plot_by_backend(inputs), "headroom": lambda: plot_headroom(inputs)}
     if inputs.config.workload.is_trace and inputs.trace_file is not None and inputs.trace_file.is_file():
         drawers["trace_rate"] = lambda: plot_trace_rate(inputs.trace_file)  # type: ignore[arg-type]

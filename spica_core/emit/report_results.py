@@ -29,6 +29,8 @@ def _results_section(inputs: ReportInputs, goal: _Goal, plots: Mapping[str, str]
         lines.append("")
     captions = {"front": "Pareto front (emitted points marked)" if goal.pareto
                 else f"{goal.axis_label()} against GPUs used (ranked and emitted candidates marked)",
+                "cost": "cost per million output tokens against goodput; the line is the cost front: no candidate "
+                        "meeting the SLA requirement is cheaper for as much goodput",
                 "progress": "best score so far against evaluations, per branch",
                 "by_backend": "scores by backend and parallel strategy"}
     for name, caption in captions.items():
@@ -79,9 +81,10 @@ def _candidates_table(inputs: ReportInputs, goal: _Goal) -> list[str]:
     if robust:
         value_cols = [f"{value_cols[0]}, robust: the worse of 1× and {fmt(scale)}× traffic", "at today's traffic"]
     sla = inputs.config.goal.sla is not None
+    priced = bool(inputs.config.goal.gpu_hour_usd)
     header = ["rank", "mode", "backend", "parallel", "strategy", "GPUs", "precision / batching / router / planner",
               *value_cols, *(["SLA attainment"] if sla else []), "throughput", "TTFT mean (band)", "ITL mean (band)",
-              "manifest"]
+              *(["cost (USD/Mtok)"] if priced else []), "manifest"]
     rows = []
     for r in inputs.records[:TABLE_ROWS]:
         row = candidate_row(r.candidate, r.used_gpus, r.metrics, r.bands, r.attainment, r.meets_sla)
@@ -97,7 +100,7 @@ def _candidates_table(inputs: ReportInputs, goal: _Goal) -> list[str]:
         rows.append([rank_label(r), row.mode, row.backend, row.parallel, config_strategy(r.candidate.parallel),
                      row.gpus, row.knobs, *values, *([row.attainment or "—"] if sla else []),
                      fmt(row.throughput_tok_s, "tok/s"), _with_band(row.ttft_ms, row.ttft_band),
-                     _with_band(row.itl_ms, row.itl_band), manifest])
+                     _with_band(row.itl_ms, row.itl_band), *([fmt(row.cost_per_mtok)] if priced else []), manifest])
     lines = _table(header, rows)
     lines += _requirement_notes(inputs, goal)
     lines += _tie_notes(inputs.records)

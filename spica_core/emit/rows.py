@@ -27,6 +27,8 @@ class CandidateRow:
     tpot_ms: float | None            # TPOT, or ITL when the replay reported no TPOT
     ttft_band: Band | None
     itl_band: Band | None
+    priced: bool = False             # the goal has GPU prices: cost_per_mtok is a column (None: nothing met the SLA)
+    cost_per_mtok: float | None = None
 
 
 def candidate_row(candidate: Candidate, used_gpus: int, metrics: Mapping[str, float],
@@ -41,7 +43,8 @@ def candidate_row(candidate: Candidate, used_gpus: int, metrics: Mapping[str, fl
         attainment=None if attainment is None else attainment_text(attainment, meets_sla),
         throughput_tok_s=m.get("output_throughput_tok_s"), ttft_ms=m.get("mean_ttft_ms"),
         itl_ms=metric_or_fallback(m, "mean_itl_ms"), tpot_ms=metric_or_fallback(m, "mean_tpot_ms"),
-        ttft_band=bands.get("ttft_ms"), itl_band=bands.get("itl_ms"))
+        ttft_band=bands.get("ttft_ms"), itl_band=bands.get("itl_ms"), priced="cost_per_mtok" in metrics,
+        cost_per_mtok=metrics.get("cost_per_mtok"))
 
 
 __all__ = ["CandidateRow", "candidate_row"]

@@ -213,6 +213,7 @@ def robust(goal: OptimizationGoal, today: Outcome, grown: Outcome) -> Outcome:
 
 
 def _evaluate(req: EvalRequest) -> Outcome:
+    from spica_core.evaluate.cost import with_cost
     from spica_core.evaluate.replay import run_replay
     from spica_core.evaluate.scoring import candidate_metrics, objective_vector, score_report
 
@@ -239,7 +240,7 @@ def _evaluate(req: EvalRequest) -> Outcome:
         return outcome(Status.failed, f"replay error: {type(exc).__name__}: {exc}")
     timings["replay_s"] = float(result["replay_seconds"])
     t2 = time.perf_counter()
-    report = served_report(with_rejected(result["summary"], rejected), overhead)
+    report = with_cost(served_report(with_rejected(result["summary"], rejected), overhead), req.goal, candidate)
     planner = {}
     if policy is not None:
         planner = {"ticks": policy.ticks, "decisions": list(policy.decisions),
@@ -269,6 +270,7 @@ def calibrated(out: Outcome, goal: OptimizationGoal, calibration: Calibration, c
     """``out`` (a feasible outcome as the replay scored it, with its requests) under ``calibration``: its
     latencies, SLA count, score, objectives and bands corrected for the candidate's group (unchanged for a group
     the calibration did not measure), the replay's own metrics kept in ``uncalibrated``."""
+    from spica_core.evaluate.cost import with_cost
     from spica_core.evaluate.rescore import calibrated_report
     from spica_core.evaluate.scoring import candidate_metrics, objective_vector, score_report
 
@@ -280,8 +282,8 @@ def calibrated(out: Outcome, goal: OptimizationGoal, calibration: Calibration, c
     sla = goal.sla.model_dump(exclude_none=True) if goal.sla is not None else None
     shipped = load_bands().sla_factors(*group, goal.sla_confidence) if goal.sla_confidence > 0.5 else {}
     factors = {**shipped, **calibration.sla_factors(*group, goal.sla_confidence)}   # as the replay held it, else
-    report = calibrated_report(base, out.requests, calibration.corrections(*group), sla, factors,
-                               closed_loop)
+    report = with_cost(calibrated_report(base, out.requests, calibration.corrections(*group), sla, factors,
+                                         closed_loop), goal, candidate)
     return replace(out, report=report, metrics=candidate_metrics(report), score=score_report(goal, report),
                    objectives=objective_vector(goal, report) if goal.is_pareto else None,
                    bands=calibration.bands(*group, raw, out.bands), calibration=calibration.applied(*group),

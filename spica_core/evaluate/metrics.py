@@ -43,6 +43,7 @@ _ALL = (
     Metric("used_gpus", "GPUs", "", False),
     Metric("avg_gpus", "avg GPUs", "", False),
     Metric("gpu_hours", "GPU-hours", "h", False),
+    Metric("cost_per_mtok", "cost", "USD/Mtok", False),
     Metric("completed_requests", "completed", "requests"),
     Metric("planner_total_ticks", "planner ticks"),
 )
@@ -57,6 +58,7 @@ OBJECTIVES: Mapping[str, Metric] = {m.key: m for m in (
     Metric("goodput", "goodput", "tok/s", True),
     Metric("goodput_per_gpu", "goodput per GPU", "tok/s/GPU", True),
     Metric("min_gpus", "GPUs (time-averaged)", "GPUs", False),
+    Metric("cost_per_mtok", "cost per million output tokens within the SLA", "USD/Mtok", False),
 )}
 
 

@@ -18,7 +18,9 @@ from spica_core.errors import GoodputContractError
 # Candidate metrics, kept when present
 METRIC_KEYS = ("output_throughput_tok_s", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2e_latency_ms",
                "mean_output_token_throughput_per_user", "goodput_output_throughput_tok_s", "gpu_hours",
+               "prefill_worker_seconds", "prefill_gpus_per_worker", "decode_worker_seconds", "decode_gpus_per_worker",
                "duration_ms", "planner_total_ticks", "num_requests", "goodput_completed_requests", "rejected_requests")
+NULLABLE_METRIC_KEYS = ("cost_per_mtok",)   # kept as null when the report has them without a value
 
 
 
@@ -62,6 +64,8 @@ def metric_value(target: OptimizationTarget | str, report: Mapping[str, Any]) ->
     if t is OptimizationTarget.min_gpus:
         g = avg_gpu(report)   # time-averaged under a planner
         return g if g > 0 else math.inf
+    if t is OptimizationTarget.cost_per_mtok:
+        return _num(report, "cost_per_mtok", math.inf)   # null: no token met the SLA
     raise ValueError("pareto is not a single metric; use objective_vector")
 
 
@@ -139,14 +143,14 @@ def search_value(goal: OptimizationGoal, score: float, metrics: Mapping[str, Any
     """What a scalar study observes: the score, moved below every candidate that meets the SLA requirement
     when this one misses it, and higher the closer its attainment is, so the search heads where the ranking
     does. Exact for non-negative maximised targets and for min_gpus (whose GPUs are at most the budget);
-    for e2e latency a miss looks up to twice as slow."""
+    for e2e latency a miss looks up to twice as slow, for cost up to twice as dear."""
     if meets_sla(goal, metrics) is not False:
         return score
     short = (goal.required_attainment - (attainment(metrics) or 0.0)) / goal.required_attainment   # (0, 1]
     target = goal.objectives[0]
     if target is OptimizationTarget.min_gpus:
         return -float(gpu_budget) - 1.0 - short
-    if target is OptimizationTarget.e2e_latency:
+    if target in (OptimizationTarget.e2e_latency, OptimizationTarget.cost_per_mtok):
         return score * (1.0 + short)
     return -short
 
@@ -167,9 +171,11 @@ def sla_kwargs(goal: OptimizationGoal, factors: Mapping[str, float] | None = Non
             for name, value in goal.sla.model_dump(exclude_none=True).items()}
 
 
-def candidate_metrics(report: Mapping[str, Any]) -> dict[str, float]:
-    """The candidate-metric subset of a report (present keys only)."""
-    return {k: float(report[k]) for k in METRIC_KEYS if report.get(k) is not None}
+def candidate_metrics(report: Mapping[str, Any]) -> dict[str, float | None]:
+    """The candidate-metric subset of a report (present keys only; a nullable one as null)."""
+    out: dict[str, float | None] = {k: float(report[k]) for k in METRIC_KEYS if report.get(k) is not None}
+    out.update({k: None if report[k] is None else float(report[k]) for k in NULLABLE_METRIC_KEYS if k in report})
+    return out
 
 
 def headline(report: Mapping[str, Any]) -> dict[str, Any]:
@@ -186,7 +192,7 @@ HEADLINE_KEYS = ("output_throughput_tok_s", "request_throughput_rps", "mean_outp
                  "mean_ttft_ms", "p99_ttft_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2e_latency_ms",
                  "p99_e2e_latency_ms", "goodput_output_throughput_tok_s", "goodput_request_throughput_rps",
                  "prefix_cache_reused_ratio", "gpu_hours", "duration_ms", "completed_requests", "num_requests",
-                 "rejected_requests",
+                 "rejected_requests", "cost_per_mtok",
                  "planner_total_ticks")
 
 

@@ -52,6 +52,18 @@ def read_calibration(config: SmartSearchConfig, base: Path) -> Calibration | Non
         raise ConfigError("config", [Issue("goal.calibration", str(exc), config.goal.calibration, True)]) from None
 
 
+def check_prices(config: SmartSearchConfig, source: str) -> None:
+    """Every SKU ``goal.gpu_hour_usd`` prices is one aiconfigurator-core knows (a typo would price nothing)."""
+    from spica_core.space import known_systems
+
+    known = known_systems()
+    unknown = sorted(set(config.goal.gpu_hour_usd or {}) - set(known))
+    if unknown:
+        raise ConfigError(source, [Issue(f"goal.gpu_hour_usd.{sku}", f"{sku} is not an aiconfigurator-core system; "
+                                         f"known: {', '.join(sorted(known))}", config.goal.gpu_hour_usd[sku], True)
+                                   for sku in unknown])
+
+
 def over_context_note(config: SmartSearchConfig, trace_file: Path | None) -> str | None:
     """What became of a trace's requests over the context (``workload.over_context`` drop or fail), for people."""
     w, ss = config.workload, config.search_space
@@ -86,6 +98,7 @@ def load_inputs(source: str | Path | SmartSearchConfig, seed: int | None = None,
     check_quantization(config, str(path))
     load_bands()  # a missing or corrupt band or serving file stops here, before anything runs
     load_serving()
+    check_prices(config, str(path))
     calibrated = read_calibration(config, base)
     longest = max_seq_len(space.model_name, space.context_length)
     trace_file = config.trace_file(base)

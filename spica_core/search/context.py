@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Final
 
+from spica_core.config.goal import OptimizationTarget
 from spica_core.config.model import SmartSearchConfig
 from spica_core.config.sweep import SweepPolicy
 from spica_core.deployment import Candidate
@@ -120,8 +121,11 @@ def finite_or_infeasible(context: SearchContext, outcome: Outcome) -> Outcome:
     if outcome.feasible:
         metrics = study_metrics(context, outcome)
         if not metrics or not all(math.isfinite(v) for v in metrics.values()):
-            return replace(outcome, status=Status.infeasible,
-                           reason=f"non-finite objective {metrics} (did any request complete?)")
+            why = ("cost_per_mtok is null: no output token met the SLA"
+                   if "cost_per_mtok" in outcome.metrics and outcome.metrics["cost_per_mtok"] is None
+                   and OptimizationTarget.cost_per_mtok in context.config.goal.objectives
+                   else f"non-finite objective {metrics} (did any request complete?)")
+            return replace(outcome, status=Status.infeasible, reason=why)
     return outcome
 
 

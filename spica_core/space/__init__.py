@@ -17,7 +17,8 @@ _FROM: dict[str, str] = {
     ), "branches"),
     **dict.fromkeys(("config_rejection", "configs_from_shapes", "sort_configs", "worker_shapes"), "enumeration"),
     **dict.fromkeys((
-        "aic_version", "backend_version", "bundled_models", "cache_dir", "model_facts", "ModelFacts", "quiet_aic",
+        "aic_version", "backend_version", "bundled_models", "cache_dir", "known_systems", "model_facts", "ModelFacts",
+        "quiet_aic",
         "system_facts", "SystemFacts",
     ), "facts"),
     **dict.fromkeys(("kv_tokens_per_rank", "max_seq_len", "shape_kv", "ShapeKV"), "kv"),
@@ -43,7 +44,8 @@ if TYPE_CHECKING:  # what type checkers and editors see
     )
     from spica_core.space.enumeration import config_rejection, configs_from_shapes, sort_configs, worker_shapes
     from spica_core.space.facts import (
-        aic_version, backend_version, bundled_models, cache_dir, model_facts, ModelFacts, quiet_aic, system_facts,
+        aic_version, backend_version, bundled_models, cache_dir, known_systems, model_facts, ModelFacts, quiet_aic,
+        system_facts,
         SystemFacts
     )
     from spica_core.space.kv import kv_tokens_per_rank, max_seq_len, shape_kv, ShapeKV
@@ -65,4 +67,5 @@ __all__ = [
     "profile_path", "ProjectionRecord", "quiet_aic", "RoleConfig", "Shape", "shape_kv", "ShapeKV",
     "sort_configs", "step_engine", "StepTimes", "system_facts", "SystemFacts", "timing_model", "timing_shape",
     "Variant", "VARIANT_KNOBS", "worker_shapes", "bundled_models", "precision_problem", "WEIGHT_BITS",
+    "known_systems",
 ]
