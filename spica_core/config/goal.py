@@ -24,12 +24,13 @@ class OptimizationTarget(str, Enum):
     goodput_per_gpu = "goodput_per_gpu"
     min_gpus = "min_gpus"
     cost_per_mtok = "cost_per_mtok"
+    energy_per_token = "energy_per_token"
     pareto = "pareto"
 
 
 GOODPUT_TARGETS = frozenset({OptimizationTarget.goodput, OptimizationTarget.goodput_per_gpu})
 MINIMIZED_TARGETS = frozenset({OptimizationTarget.e2e_latency, OptimizationTarget.min_gpus,
-                               OptimizationTarget.cost_per_mtok})
+                               OptimizationTarget.cost_per_mtok, OptimizationTarget.energy_per_token})
 COST_TARGETS = frozenset({OptimizationTarget.cost_per_mtok})   # they need goal.gpu_hour_usd
 DEFAULT_SLA_ATTAINMENT = 0.9   # the share of requests that must meet an SLA unless goal.sla_attainment says otherwise
 DEFAULT_PARETO = (OptimizationTarget.throughput_per_gpu, OptimizationTarget.throughput_per_user)

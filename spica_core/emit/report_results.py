@@ -62,6 +62,20 @@ def _headroom_lines(inputs: ReportInputs, plots: Mapping[str, str]) -> list[str]
     return [*lines, ""]
 
 
+def _energy_notes(records: Sequence[CandidateRecord]) -> list[str]:
+    """Where the energy figures came from: said plainly when they are board-power bounds."""
+    sources = {str(r.metrics.get("energy_source")) for r in records if "energy_source" in r.metrics}
+    if not sources:
+        return []
+    if sources == {"board_power"}:
+        return ["", "Energy per token is an upper bound: aiconfigurator-core's perf database has no measured power "
+                    "for the operations these steps run, so every GPU draws its board power for all of its time "
+                    "(`energy_source: board_power`)."]
+    return ["", "Energy per token uses aiconfigurator-core's measured per-operation energy where it has it and the "
+                "board power elsewhere (`energy_source`, and `energy_coverage`, the share of step time measured, in "
+                "candidates.json)."]
+
+
 def _no_candidate(tally: Tally) -> list[str]:
     top = tally.top_reasons(3)
     lines = [f"**No feasible candidate**: none of the {fmt(tally.attempts)} attempt(s) was feasible "
@@ -82,9 +96,10 @@ def _candidates_table(inputs: ReportInputs, goal: _Goal) -> list[str]:
         value_cols = [f"{value_cols[0]}, robust: the worse of 1× and {fmt(scale)}× traffic", "at today's traffic"]
     sla = inputs.config.goal.sla is not None
     priced = bool(inputs.config.goal.gpu_hour_usd)
+    energy = any("energy_j_per_token" in r.metrics for r in inputs.records)
     header = ["rank", "mode", "backend", "parallel", "strategy", "GPUs", "precision / batching / router / planner",
               *value_cols, *(["SLA attainment"] if sla else []), "throughput", "TTFT mean (band)", "ITL mean (band)",
-              *(["cost (USD/Mtok)"] if priced else []), "manifest"]
+              *(["cost (USD/Mtok)"] if priced else []), *(["energy (J/token)"] if energy else []), "manifest"]
     rows = []
     for r in inputs.records[:TABLE_ROWS]:
         row = candidate_row(r.candidate, r.used_gpus, r.metrics, r.bands, r.attainment, r.meets_sla)
@@ -100,8 +115,10 @@ def _candidates_table(inputs: ReportInputs, goal: _Goal) -> list[str]:
         rows.append([rank_label(r), row.mode, row.backend, row.parallel, config_strategy(r.candidate.parallel),
                      row.gpus, row.knobs, *values, *([row.attainment or "—"] if sla else []),
                      fmt(row.throughput_tok_s, "tok/s"), _with_band(row.ttft_ms, row.ttft_band),
-                     _with_band(row.itl_ms, row.itl_band), *([fmt(row.cost_per_mtok)] if priced else []), manifest])
+                     _with_band(row.itl_ms, row.itl_band), *([fmt(row.cost_per_mtok)] if priced else []),
+                     *([fmt(r.metrics.get("energy_j_per_token"))] if energy else []), manifest])
     lines = _table(header, rows)
+    lines += _energy_notes(inputs.records[:TABLE_ROWS])
     lines += _requirement_notes(inputs, goal)
     lines += _tie_notes(inputs.records)
     if any(r.candidate.router.is_kv for r in inputs.records[:TABLE_ROWS]):

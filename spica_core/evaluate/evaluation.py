@@ -214,6 +214,7 @@ def robust(goal: OptimizationGoal, today: Outcome, grown: Outcome) -> Outcome:
 
 def _evaluate(req: EvalRequest) -> Outcome:
     from spica_core.evaluate.cost import with_cost
+    from spica_core.evaluate.energy import role_powers, with_energy
     from spica_core.evaluate.replay import run_replay
     from spica_core.evaluate.scoring import candidate_metrics, objective_vector, score_report
 
@@ -240,7 +241,11 @@ def _evaluate(req: EvalRequest) -> Outcome:
         return outcome(Status.failed, f"replay error: {type(exc).__name__}: {exc}")
     timings["replay_s"] = float(result["replay_seconds"])
     t2 = time.perf_counter()
-    report = with_cost(served_report(with_rejected(result["summary"], rejected), overhead), req.goal, candidate)
+    report = served_report(with_rejected(result["summary"], rejected), overhead)
+    try:
+        report = with_energy(with_cost({**report, **role_powers(candidate, report)}, req.goal, candidate))
+    except Exception as exc:  # noqa: BLE001 - a metric that cannot be computed fails the candidate, with why
+        return outcome(Status.failed, f"energy of the candidate's steps: {type(exc).__name__}: {exc}")
     planner = {}
     if policy is not None:
         planner = {"ticks": policy.ticks, "decisions": list(policy.decisions),
@@ -271,6 +276,7 @@ def calibrated(out: Outcome, goal: OptimizationGoal, calibration: Calibration, c
     latencies, SLA count, score, objectives and bands corrected for the candidate's group (unchanged for a group
     the calibration did not measure), the replay's own metrics kept in ``uncalibrated``."""
     from spica_core.evaluate.cost import with_cost
+    from spica_core.evaluate.energy import with_energy
     from spica_core.evaluate.rescore import calibrated_report
     from spica_core.evaluate.scoring import candidate_metrics, objective_vector, score_report
 
@@ -282,8 +288,8 @@ def calibrated(out: Outcome, goal: OptimizationGoal, calibration: Calibration, c
     sla = goal.sla.model_dump(exclude_none=True) if goal.sla is not None else None
     shipped = load_bands().sla_factors(*group, goal.sla_confidence) if goal.sla_confidence > 0.5 else {}
     factors = {**shipped, **calibration.sla_factors(*group, goal.sla_confidence)}   # as the replay held it, else
-    report = with_cost(calibrated_report(base, out.requests, calibration.corrections(*group), sla, factors,
-                                         closed_loop), goal, candidate)
+    report = with_energy(with_cost(calibrated_report(base, out.requests, calibration.corrections(*group), sla,
+                                                     factors, closed_loop), goal, candidate))
     return replace(out, report=report, metrics=candidate_metrics(report), score=score_report(goal, report),
                    objectives=objective_vector(goal, report) if goal.is_pareto else None,
                    bands=calibration.bands(*group, raw, out.bands), calibration=calibration.applied(*group),

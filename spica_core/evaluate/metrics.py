@@ -44,6 +44,8 @@ _ALL = (
     Metric("avg_gpus", "avg GPUs", "", False),
     Metric("gpu_hours", "GPU-hours", "h", False),
     Metric("cost_per_mtok", "cost", "USD/Mtok", False),
+    Metric("energy_j_per_token", "energy per token", "J/token", False),
+    Metric("avg_power_w_per_gpu", "power per GPU", "W", False),
     Metric("completed_requests", "completed", "requests"),
     Metric("planner_total_ticks", "planner ticks"),
 )
@@ -59,6 +61,7 @@ OBJECTIVES: Mapping[str, Metric] = {m.key: m for m in (
     Metric("goodput_per_gpu", "goodput per GPU", "tok/s/GPU", True),
     Metric("min_gpus", "GPUs (time-averaged)", "GPUs", False),
     Metric("cost_per_mtok", "cost per million output tokens within the SLA", "USD/Mtok", False),
+    Metric("energy_per_token", "energy per output token", "J/token", False),
 )}
 
 
@@ -77,7 +80,7 @@ def metric_or_fallback(metrics: Mapping[str, float], key: str) -> float | None:
 
 def derived_metrics(metrics: Mapping[str, float], used_gpus: int | None = None) -> dict[str, float]:
     """The metrics plus what follows from them: time-averaged GPUs and the per-GPU rates."""
-    out = {k: float(v) for k, v in metrics.items() if v is not None}
+    out = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     g = out.get("avg_gpus") or avg_gpu(out)
     if g > 0:
         out.setdefault("avg_gpus", g)

@@ -19,8 +19,10 @@ from spica_core.errors import GoodputContractError
 METRIC_KEYS = ("output_throughput_tok_s", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2e_latency_ms",
                "mean_output_token_throughput_per_user", "goodput_output_throughput_tok_s", "gpu_hours",
                "prefill_worker_seconds", "prefill_gpus_per_worker", "decode_worker_seconds", "decode_gpus_per_worker",
-               "duration_ms", "planner_total_ticks", "num_requests", "goodput_completed_requests", "rejected_requests")
-NULLABLE_METRIC_KEYS = ("cost_per_mtok",)   # kept as null when the report has them without a value
+               "prefill_power_w_per_gpu", "decode_power_w_per_gpu", "prefill_energy_coverage",
+               "decode_energy_coverage", "avg_power_w_per_gpu", "energy_coverage", "duration_ms", "planner_total_ticks", "num_requests", "goodput_completed_requests", "rejected_requests")
+NULLABLE_METRIC_KEYS = ("cost_per_mtok", "energy_j_per_token")   # kept as null when the report has them so
+TEXT_METRIC_KEYS = ("energy_source",)   # a word, not a number: where the energy figure came from
 
 
 
@@ -66,6 +68,8 @@ def metric_value(target: OptimizationTarget | str, report: Mapping[str, Any]) ->
         return g if g > 0 else math.inf
     if t is OptimizationTarget.cost_per_mtok:
         return _num(report, "cost_per_mtok", math.inf)   # null: no token met the SLA
+    if t is OptimizationTarget.energy_per_token:
+        return _num(report, "energy_j_per_token", math.inf)
     raise ValueError("pareto is not a single metric; use objective_vector")
 
 
@@ -150,7 +154,8 @@ def search_value(goal: OptimizationGoal, score: float, metrics: Mapping[str, Any
     target = goal.objectives[0]
     if target is OptimizationTarget.min_gpus:
         return -float(gpu_budget) - 1.0 - short
-    if target in (OptimizationTarget.e2e_latency, OptimizationTarget.cost_per_mtok):
+    if target in (OptimizationTarget.e2e_latency, OptimizationTarget.cost_per_mtok,
+                  OptimizationTarget.energy_per_token):
         return score * (1.0 + short)
     return -short
 
@@ -171,10 +176,11 @@ def sla_kwargs(goal: OptimizationGoal, factors: Mapping[str, float] | None = Non
             for name, value in goal.sla.model_dump(exclude_none=True).items()}
 
 
-def candidate_metrics(report: Mapping[str, Any]) -> dict[str, float | None]:
-    """The candidate-metric subset of a report (present keys only; a nullable one as null)."""
-    out: dict[str, float | None] = {k: float(report[k]) for k in METRIC_KEYS if report.get(k) is not None}
+def candidate_metrics(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The candidate-metric subset of a report (present keys only; a nullable one as null, a text one as text)."""
+    out: dict[str, Any] = {k: float(report[k]) for k in METRIC_KEYS if report.get(k) is not None}
     out.update({k: None if report[k] is None else float(report[k]) for k in NULLABLE_METRIC_KEYS if k in report})
+    out.update({k: str(report[k]) for k in TEXT_METRIC_KEYS if report.get(k) is not None})
     return out
 
 
@@ -192,7 +198,7 @@ HEADLINE_KEYS = ("output_throughput_tok_s", "request_throughput_rps", "mean_outp
                  "mean_ttft_ms", "p99_ttft_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2e_latency_ms",
                  "p99_e2e_latency_ms", "goodput_output_throughput_tok_s", "goodput_request_throughput_rps",
                  "prefix_cache_reused_ratio", "gpu_hours", "duration_ms", "completed_requests", "num_requests",
-                 "rejected_requests", "cost_per_mtok",
+                 "rejected_requests", "cost_per_mtok", "energy_j_per_token", "avg_power_w_per_gpu", "energy_source",
                  "planner_total_ticks")
 
 

@@ -155,6 +155,7 @@ class SystemFacts:
     vram_bytes_per_gpu: int
     gpus_per_node: int
     backend_versions: dict[str, str]  # backend -> latest perf-DB version with data
+    power_w: float                    # the GPU's board power (the system file's gpu.power), W
 
     def __hash__(self) -> int:  # dict field: hash by name (facts are a function of the name)
         return hash(self.name)
@@ -214,6 +215,7 @@ def _read_system_facts(sku: str) -> SystemFacts:
         vram_bytes_per_gpu=int(spec["gpu"]["mem_capacity"]),
         gpus_per_node=int(spec["node"]["num_gpus_per_node"]),
         backend_versions=versions,
+        power_w=float(spec["gpu"].get("power") or 0.0),
     )
 
 

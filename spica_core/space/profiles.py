@@ -16,6 +16,7 @@ import tempfile
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -139,6 +140,31 @@ def _gemm_ms(handle: Any) -> float:
     """A one-request decode step's attention GEMMs (QKV and output projection), all layers, in ms."""
     ops = {name: value for name, value, *_ in handle.decode_step_per_op(1, 1024, 0)}
     return float(ops.get("generation_qkv_gemm", 0.0) + ops.get("generation_proj_gemm", 0.0))
+
+
+def ops_power(ops: Sequence[Sequence[Any]], board_w: float) -> tuple[float, float]:
+    """(average power per GPU in W, the share of the step's time whose energy was measured) of one step's
+    per-op list ``(name, ms, energy W·ms, source)``: an op with a measured energy uses it, the others draw the
+    GPU's board power for their time (an upper bound)."""
+    total = sum(float(op[1]) for op in ops)
+    if total <= 0:
+        return board_w, 0.0
+    measured = [op for op in ops if float(op[2] or 0.0) > 0]
+    measured_ms = sum(float(op[1]) for op in measured)
+    energy = sum(float(op[2]) for op in measured) + board_w * (total - measured_ms)
+    return energy / total, measured_ms / total
+
+
+def step_power(es: EngineShape, role: str, batch: int, isl: int, osl: int, board_w: float) -> tuple[float, float]:
+    """:func:`ops_power` of one representative step of a role, from aiconfigurator-core's per-op estimate: a
+    prefill pass of ``isl`` tokens, or a decode step of ``batch`` requests (per attention-DP rank) at the mean
+    context ``isl + osl / 2``."""
+    _, handle = step_engine(timing_shape(es)[0])
+    if role == "prefill":
+        ops = handle.run_static_per_op(batch_size=1, isl=max(1, isl), osl=2)[0]
+    else:
+        ops = handle.decode_step_per_op(max(1, batch), max(1, isl + osl // 2), 0)
+    return ops_power(ops, board_w)
 
 
 @lru_cache(maxsize=None)
@@ -291,4 +317,4 @@ def kv_blocks_per_rank(model: str, system: str, backend: str, shape: Shape, *, p
 
 
 __all__ = ["EngineShape", "profile_path", "build_tables", "timing_shape", "timing_model", "StepTimes",
-           "kv_blocks_per_rank", "step_engine", "PREFILL_DISPATCH_MS_PER_LAYER"]
+           "kv_blocks_per_rank", "step_engine", "PREFILL_DISPATCH_MS_PER_LAYER", "ops_power", "step_power"]
