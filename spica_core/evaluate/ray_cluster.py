@@ -18,7 +18,9 @@ from spica_core.evaluate.evaluator import POLL_S, warm_engines
 
 log = logging.getLogger(__name__)
 
-_RAY_TRANSIENT = ("client server failed", "Proxy failed to Connect to backend")
+# How the head's proxier reports that the server process it started for this client died at start (it dies during
+# fork on a busy head, ray-project/ray#63202; the proxier then finds it failed, or finds it a zombie).
+_RAY_TRANSIENT = ("client server failed", "Proxy failed to Connect to backend", "ZombieProcess")
 RAY_CONNECT_ATTEMPTS = 3   # the Ray head failing to start this client's server process is tried again
 
 
