@@ -20,8 +20,9 @@ METRIC_KEYS = ("output_throughput_tok_s", "mean_ttft_ms", "mean_tpot_ms", "mean_
                "mean_output_token_throughput_per_user", "goodput_output_throughput_tok_s", "gpu_hours",
                "prefill_worker_seconds", "prefill_gpus_per_worker", "decode_worker_seconds", "decode_gpus_per_worker",
                "prefill_power_w_per_gpu", "decode_power_w_per_gpu", "prefill_energy_coverage",
-               "decode_energy_coverage", "avg_power_w_per_gpu", "energy_coverage", "duration_ms", "planner_total_ticks", "num_requests", "goodput_completed_requests", "rejected_requests")
-NULLABLE_METRIC_KEYS = ("cost_per_mtok", "energy_j_per_token")   # kept as null when the report has them so
+               "decode_energy_coverage", "avg_power_w_per_gpu", "energy_coverage", "duration_ms",
+               "planner_total_ticks", "num_requests", "goodput_completed_requests", "rejected_requests")
+NULLABLE_METRIC_KEYS = ("cost_per_mtok", "energy_j_per_token")   # null when nothing was served to divide by
 TEXT_METRIC_KEYS = ("energy_source",)   # a word, not a number: where the energy figure came from
 
 
