@@ -99,3 +99,10 @@ def test_an_integral_float_length_is_an_integer(tmp_path: Path) -> None:
     path = write_csv(tmp_path / "measured.csv", header, [{**rows[0], "isl": f"{rows[0]['isl']}.0"}])
     [(line, row)] = read_rows(path)
     assert (line, row.isl) == (2, int(rows[0]["isl"]))
+
+
+def test_a_file_that_is_not_utf8_is_named_not_a_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.csv"
+    path.write_bytes(b"id,model_path\n\xff\xfe,bad\n")
+    with pytest.raises(CalibrationInputError, match=f"{path}:1: not a UTF-8 CSV file"):
+        read_rows(path)

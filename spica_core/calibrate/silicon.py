@@ -123,20 +123,23 @@ def read_rows(path: str | Path) -> list[tuple[int, SiliconRow]]:
     :class:`CalibrationInputError` naming the file and line (``FILE:LINE: what is wrong``). A row that spans
     several lines (a quoted field with a newline) is numbered by its first line.
     """
+    out: list[tuple[int, SiliconRow]] = []
     with open(path, newline="", encoding="utf-8-sig") as f:   # -sig: a spreadsheet's byte-order mark
         reader = csv.reader(f)
-        header = next(reader, None) or []
-        _check_header(path, header)
-        out: list[tuple[int, SiliconRow]] = []
-        end = reader.line_num
-        for values in reader:
-            line, end = end + 1, reader.line_num
-            if not values:          # a blank line (csv.DictReader skips it too)
-                continue
-            raw: dict[str, Any] = {k: (values[i] if i < len(values) else None) for i, k in enumerate(header)}
-            _check_row(path, line, raw)
-            out.append((line, parse_row(raw)))
-        return out
+        try:
+            header = next(reader, None) or []
+            _check_header(path, header)
+            end = reader.line_num
+            for values in reader:
+                line, end = end + 1, reader.line_num
+                if not values:          # a blank line (csv.DictReader skips it too)
+                    continue
+                raw: dict[str, Any] = {k: (values[i] if i < len(values) else None) for i, k in enumerate(header)}
+                _check_row(path, line, raw)
+                out.append((line, parse_row(raw)))
+        except (UnicodeDecodeError, csv.Error) as exc:
+            raise CalibrationInputError(f"{path}:{reader.line_num or 1}: not a UTF-8 CSV file ({exc})") from None
+    return out
 
 
 def _check_header(path: str | Path, header: Sequence[str]) -> None:
