@@ -66,3 +66,19 @@ def test_energy_per_token_falls_as_the_decode_batch_grows_on_the_same_shape(tmp_
         assert (m["energy_source"], m["energy_coverage"], m["avg_power_w_per_gpu"]) == ("board_power", 0.0, board)
         tokens = m["output_throughput_tok_s"] * m["duration_ms"] / 1000
         assert m["energy_j_per_token"] == pytest.approx(m["gpu_hours"] * 3600 * board / tokens)
+
+
+def test_a_step_reads_the_nearest_point_of_the_power_grid_written_with_its_profile(tmp_path: Path) -> None:
+    import json
+
+    from spica_core.space import step_power
+    from spica_core.space.profiles import POWER_BATCHES, POWER_CONTEXTS, POWER_PROMPTS
+
+    decode = [[100.0 * b + c for c in range(len(POWER_CONTEXTS))] for b in range(len(POWER_BATCHES))]
+    grid = {"board_w": 700.0, "decode_watts": decode, "decode_coverage": [[0.5] * len(POWER_CONTEXTS)] * 11,
+            "prefill_watts": [float(i) for i in range(len(POWER_PROMPTS))], "prefill_coverage": [0.0] * 9}
+    (tmp_path / "shape.json").write_text(json.dumps({"power": grid}))
+    profile = tmp_path / "shape.npz"
+    # 60 requests → 64 (index 6); context 2000 + 200 / 2 = 2100 → 2048 (index 1)
+    assert step_power(profile, "decode", 60, 2000, 200) == (601.0, 0.5)
+    assert step_power(profile, "prefill", 1, 5000, 200) == (float(POWER_PROMPTS.index(4096)), 0.0)

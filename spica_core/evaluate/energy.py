@@ -2,8 +2,10 @@
 
 Each role's power per GPU comes from one representative step (``spica_core.space.step_power``): a prefill pass
 at the mean prompt length, a decode step at the mean number of requests in flight per attention-DP rank and the
-mean context. Where aiconfigurator-core's perf database recorded the energy of an op, that energy counts; every
-other op draws the SKU's board power (the ``power`` of AIC's system file) for its time, an upper bound. In
+mean context, read from the power grid written with the shape's profile (``spica_core.space.power_grid``, so no
+evaluation loads aiconfigurator-core's perf database for it). Where the perf database recorded the energy of an
+op, that energy counts; every other op draws the SKU's board power (the ``power`` of AIC's system file) for its
+time, an upper bound. In
 aiconfigurator-core 0.12.0 the per-op energy is zero for the ops checked (Qwen3-32B vLLM decode and prefill on
 H200 and B200), so figures are board-power bounds unless the database holds more.
 
@@ -28,13 +30,12 @@ def _mean(report: Mapping[str, Any], total: str) -> float:
     return float(report.get(total) or 0.0) / n if n > 0 else 0.0
 
 
-def role_powers(candidate: Candidate, report: Mapping[str, Any]) -> dict[str, float]:
+def role_powers(candidate: Candidate, report: Mapping[str, Any], profile_dir: str | None = None) -> dict[str, float]:
     """``<role>_power_w_per_gpu`` and ``<role>_energy_coverage`` of each role the candidate runs, from one
-    representative step of its shape on its SKU."""
-    from spica_core.space import EngineShape, step_power, system_facts
+    representative step of its shape on its SKU (``profile_dir``: where its profiles are, as for its replay)."""
+    from spica_core.space import EngineShape, profile_path, step_power
 
     ctx = candidate.context
-    board = system_facts(ctx.hardware_sku).power_w
     isl, osl = round(_mean(report, "total_input_tokens")), round(_mean(report, "total_output_tokens"))
     in_flight = float(report.get("request_throughput_rps") or 0.0) * float(report.get("mean_e2e_latency_ms") or 0.0)
     out: dict[str, float] = {}
@@ -45,7 +46,7 @@ def role_powers(candidate: Candidate, report: Mapping[str, Any]) -> dict[str, fl
         ranks = max(1, rc.replicas * rc.shape.attention_dp)
         batch = max(1, min(int(candidate.engines[role].max_num_seqs), round(in_flight / 1000.0 / ranks)))
         name = "prefill" if role == "prefill" else "decode"   # an aggregated worker is the decode role
-        watts, coverage = step_power(es, name, batch, isl, osl, board)
+        watts, coverage = step_power(profile_path(es, profile_dir), name, batch, isl, osl)
         out[f"{name}_power_w_per_gpu"], out[f"{name}_energy_coverage"] = watts, coverage
     return out
 

@@ -27,8 +27,8 @@ _FROM: dict[str, str] = {
     **dict.fromkeys(("check_quantization", "Precision", "precision_of", "precision_problem", "WEIGHT_BITS"),
                     "precision"),
     **dict.fromkeys((
-        "EngineShape", "kv_blocks_per_rank", "model_config", "ops_power", "profile_path", "step_engine",
-        "step_power", "StepTimes", "timing_model", "timing_shape",
+        "EngineShape", "kv_blocks_per_rank", "model_config", "ops_power", "power_grid", "profile_path",
+        "step_engine", "step_power", "StepTimes", "timing_model", "timing_shape",
     ), "profiles"),
     **dict.fromkeys(("config_features", "has_moe_shape", "latent_params", "ProjectionRecord"), "projection"),
 }
@@ -53,8 +53,8 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from spica_core.space.params import Param
     from spica_core.space.precision import check_quantization, Precision, precision_of, precision_problem, WEIGHT_BITS
     from spica_core.space.profiles import (
-        EngineShape, kv_blocks_per_rank, model_config, ops_power, profile_path, step_engine, step_power, StepTimes,
-        timing_model, timing_shape
+        EngineShape, kv_blocks_per_rank, model_config, ops_power, power_grid, profile_path, step_engine, step_power,
+        StepTimes, timing_model, timing_shape
     )
     from spica_core.space.projection import config_features, has_moe_shape, latent_params, ProjectionRecord
 
@@ -67,5 +67,5 @@ __all__ = [
     "profile_path", "ProjectionRecord", "quiet_aic", "RoleConfig", "Shape", "shape_kv", "ShapeKV",
     "sort_configs", "step_engine", "StepTimes", "system_facts", "SystemFacts", "timing_model", "timing_shape",
     "Variant", "VARIANT_KNOBS", "worker_shapes", "bundled_models", "precision_problem", "WEIGHT_BITS",
-    "known_systems", "ops_power", "step_power",
+    "known_systems", "ops_power", "power_grid", "step_power",
 ]

@@ -11,6 +11,7 @@ scaling policy and the simulator agree on how long a pass takes.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from dataclasses import asdict, dataclass, replace
@@ -27,7 +28,7 @@ from spica_core.space.kv import kv_tokens_per_rank
 from spica_core.space.parallel import Shape
 from spica_core.space.precision import Precision
 
-PROFILE_SCHEMA = 4
+PROFILE_SCHEMA = 5   # 5: the power grid in the sidecar JSON
 
 # A prefill pass larger than the engine's CUDA-graph capture sizes runs eagerly: the host launches every
 # layer's kernels, and on vLLM that launch time is not hidden behind the GPU. AIC's own static vLLM model
@@ -155,16 +156,41 @@ def ops_power(ops: Sequence[Sequence[Any]], board_w: float) -> tuple[float, floa
     return energy / total, measured_ms / total
 
 
-def step_power(es: EngineShape, role: str, batch: int, isl: int, osl: int, board_w: float) -> tuple[float, float]:
-    """:func:`ops_power` of one representative step of a role, from aiconfigurator-core's per-op estimate: a
-    prefill pass of ``isl`` tokens, or a decode step of ``batch`` requests (per attention-DP rank) at the mean
-    context ``isl + osl / 2``."""
+POWER_BATCHES = tuple(2 ** i for i in range(11))          # decode requests per attention-DP rank, 1 … 1024
+POWER_CONTEXTS = (512, 2048, 8192, 32768)                  # decode context, tokens
+POWER_PROMPTS = tuple(2 ** i for i in range(7, 16))        # prefill prompt, 128 … 32768 tokens
+
+
+def power_grid(es: EngineShape) -> dict[str, Any]:
+    """:func:`ops_power` of a shape's steps over a grid (written with its profile, so that pricing a candidate's
+    energy reads a file instead of loading aiconfigurator-core's perf database): decode steps by requests and
+    context, prefill passes by prompt length."""
+    from spica_core.space.facts import system_facts
+
     _, handle = step_engine(timing_shape(es)[0])
+    board = system_facts(es.system).power_w
+    decode = [[ops_power(handle.decode_step_per_op(b, c, 0), board) for c in POWER_CONTEXTS] for b in POWER_BATCHES]
+    prefill = [ops_power(handle.run_static_per_op(batch_size=1, isl=n, osl=2)[0], board) for n in POWER_PROMPTS]
+    return {"board_w": board, "decode_watts": [[w for w, _ in row] for row in decode],
+            "decode_coverage": [[c for _, c in row] for row in decode],
+            "prefill_watts": [w for w, _ in prefill], "prefill_coverage": [c for _, c in prefill]}
+
+
+def _nearest(value: float, axis: Sequence[int]) -> int:
+    """The index of the axis point nearest ``value`` on a log scale."""
+    return min(range(len(axis)), key=lambda i: abs(math.log(max(value, 1.0)) - math.log(axis[i])))
+
+
+def step_power(profile: str | Path, role: str, batch: int, isl: int, osl: int) -> tuple[float, float]:
+    """(W per GPU, measured share) of one representative step of a role, from the power grid written with its
+    profile (``profile``: the NPZ): a prefill pass of ``isl`` tokens, or a decode step of ``batch`` requests per
+    attention-DP rank at the mean context ``isl + osl / 2`` (the nearest grid point)."""
+    grid = json.loads(Path(profile).with_suffix(".json").read_text())["power"]
     if role == "prefill":
-        ops = handle.run_static_per_op(batch_size=1, isl=max(1, isl), osl=2)[0]
-    else:
-        ops = handle.decode_step_per_op(max(1, batch), max(1, isl + osl // 2), 0)
-    return ops_power(ops, board_w)
+        i = _nearest(isl, POWER_PROMPTS)
+        return float(grid["prefill_watts"][i]), float(grid["prefill_coverage"][i])
+    b, c = _nearest(batch, POWER_BATCHES), _nearest(isl + osl / 2, POWER_CONTEXTS)
+    return float(grid["decode_watts"][b][c]), float(grid["decode_coverage"][b][c])
 
 
 @lru_cache(maxsize=None)
@@ -234,7 +260,8 @@ def profile_path(es: EngineShape, directory: str | Path | None = None) -> Path:
             np.savez(f, **tables)
         os.chmod(tmp, 0o644)
         meta = {"shape": asdict(es), "schema": PROFILE_SCHEMA, "aic": aic_version(),
-                "resolved_quant": _resolved_quant(es), "timed_quant": _resolved_quant(timed), "timing_note": why}
+                "resolved_quant": _resolved_quant(es), "timed_quant": _resolved_quant(timed), "timing_note": why,
+                "power": power_grid(es)}
         path.with_suffix(".json").write_text(json.dumps(meta, indent=1, sort_keys=True))
         os.replace(tmp, path)
     finally:
@@ -317,4 +344,4 @@ def kv_blocks_per_rank(model: str, system: str, backend: str, shape: Shape, *, p
 
 
 __all__ = ["EngineShape", "profile_path", "build_tables", "timing_shape", "timing_model", "StepTimes",
-           "kv_blocks_per_rank", "step_engine", "PREFILL_DISPATCH_MS_PER_LAYER", "ops_power", "step_power"]
+           "kv_blocks_per_rank", "step_engine", "PREFILL_DISPATCH_MS_PER_LAYER", "ops_power", "power_grid", "step_power"]
