@@ -4,6 +4,7 @@ The document is regenerated whole from the JSON, so every number in it comes fro
 """
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from pathlib import Path
