@@ -133,9 +133,12 @@ def test_calibrated_report_scales_latencies_and_counts_the_sla_again() -> None:
     assert out["duration_ms"] == 10_000.0 and out["output_throughput_tok_s"] == 40.0   # an open loop keeps time
     new_e2e = 1.1 * req.ttft_ms + 1.05 * (req.e2e_ms - req.ttft_ms)
     assert out["mean_e2e_latency_ms"] == pytest.approx(new_e2e.mean())
-    closed = calibrated_report(report, req, {"ttft_ms": 1.1, "itl_ms": 1.05}, SLA, {}, closed_loop=True)
+    closed = calibrated_report({**report, "gpu_hours": 2.0, "decode_worker_seconds": 3600.0}, req,
+                               {"ttft_ms": 1.1, "itl_ms": 1.05}, SLA, {}, closed_loop=True)
     stretch = new_e2e.mean() / req.e2e_ms.mean()
     assert closed["duration_ms"] == pytest.approx(10_000.0 * stretch)
+    assert closed["gpu_hours"] == pytest.approx(2.0 * stretch)          # cost and energy read the GPU time
+    assert closed["decode_worker_seconds"] == pytest.approx(3600.0 * stretch)
     assert closed["output_throughput_tok_s"] == pytest.approx(40.0 / stretch)
 
 

@@ -8,7 +8,8 @@ Every request's TTFT is multiplied by the TTFT correction and its inter-token ga
   again request by request (goodput), each latency times its SLA factor (the correction, or the calibrated
   quantile at ``goal.sla_confidence``);
 - a closed loop (a fixed number of requests in flight) serves as many requests per second as its mean E2E
-  allows, so its duration, GPU-hours and throughputs stretch with the mean E2E; an open loop's arrivals do not
+  allows, so its duration, GPU time (GPU-hours and each role's worker-seconds, which cost and energy read) and
+  throughputs stretch with the mean E2E; an open loop's arrivals do not
   move, so its duration is kept (a deployment that falls behind its arrivals would stretch it: the replay
   under the calibrated timings is the exact answer, and a new sweep gives it).
 """
@@ -27,6 +28,7 @@ _ITL = "itl_ms"
 _THROUGHPUTS = ("request_throughput_rps", "input_throughput_tok_s", "output_throughput_tok_s",
                 "total_throughput_tok_s")
 _STATS = ("mean_", "median_", "min_", "max_", "std_", "p75_", "p90_", "p95_", "p99_")
+_GPU_TIME = ("duration_ms", "gpu_hours", "prefill_worker_seconds", "decode_worker_seconds")   # stretch together
 
 
 def _stat(prefix: str, values: np.ndarray) -> float:
@@ -67,7 +69,7 @@ def calibrated_report(report: Mapping[str, Any], requests: RequestLatencies, cor
             if f"{prefix}e2e_latency_ms" in report:
                 out[f"{prefix}e2e_latency_ms"] = _stat(prefix, new_e2e)
     stretch = float(new_e2e.mean() / e2e.mean()) if closed_loop and len(requests) and e2e.mean() > 0 else 1.0
-    for key in ("duration_ms", "gpu_hours"):
+    for key in _GPU_TIME:
         if report.get(key) is not None:
             out[key] = float(report[key]) * stretch
     for key in _THROUGHPUTS:
