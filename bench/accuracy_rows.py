@@ -9,20 +9,12 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from spica_core.calibrate import quantile   # the one quantile of measured ÷ predicted, bands and calibrations
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 # ---------------------------------------------------------------- summary maths
-
-
-def _quantile(xs: Sequence[float], q: float) -> float:
-    """Linear-interpolation quantile (numpy's default)."""
-    s = sorted(xs)
-    if not s:
-        return math.nan
-    pos = (len(s) - 1) * q
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return float(s[lo] + (s[hi] - s[lo]) * (pos - lo))
 
 
 def error_stats(pairs: Iterable[tuple[float, float]]) -> dict[str, Any]:
@@ -36,8 +28,8 @@ def error_stats(pairs: Iterable[tuple[float, float]]) -> dict[str, Any]:
     ape = [abs(p - m) / m for m, p in ok]
     signed = [(p - m) / m for m, p in ok]
     ratio = [m / p for m, p in ok]
-    return {"rows": len(ok), "mape": sum(ape) / len(ape), "median_signed_error": _quantile(signed, 0.5),
-            "ratio_p10": _quantile(ratio, 0.1), "ratio_p50": _quantile(ratio, 0.5), "ratio_p90": _quantile(ratio, 0.9)}
+    return {"rows": len(ok), "mape": sum(ape) / len(ape), "median_signed_error": quantile(signed, 0.5),
+            "ratio_p10": quantile(ratio, 0.1), "ratio_p50": quantile(ratio, 0.5), "ratio_p90": quantile(ratio, 0.9)}
 
 
 SYSTEMS = ("predicted", "aic", "aisim")
@@ -103,7 +95,7 @@ def bands(rows: Sequence[Mapping[str, Any]], min_rows: int = 10) -> dict[str, di
             xs = ratios[k]
             if k != "all" and len(xs) < min_rows:
                 continue
-            table[k] = {name: round(_quantile(xs, q), 6) for name, q in BAND_QUANTILES} | {"rows": len(xs)}
+            table[k] = {name: round(quantile(xs, q), 6) for name, q in BAND_QUANTILES} | {"rows": len(xs)}
         out[metric] = table
     return out
 

@@ -58,8 +58,11 @@ def shrinkage(bands: BandTable, metric: str) -> Shrinkage:
 
 
 def quantile(values: Sequence[float], q: float) -> float:
-    """Linear interpolation between order statistics (numpy's default)."""
+    """Linear interpolation between order statistics (numpy's default); NaN of nothing. The shipped bands'
+    quantiles (bench/bench_accuracy.py) are this function's too."""
     xs = sorted(values)
+    if not xs:
+        return math.nan
     pos = q * (len(xs) - 1)
     lo = math.floor(pos)
     hi = min(lo + 1, len(xs) - 1)
