@@ -147,9 +147,6 @@ def _same_workload(export: Path, text: str, doc: Mapping[str, Any], plan_path: P
                                         f"{what} is {got!r}, and its plan ({plan_path.name}) sends {want!r}")
 
 
-Replay = Callable[[RowPlan], Mapping[str, float]]
-
-
 def replay_row(plan: RowPlan) -> dict[str, float]:
     """A CSV row's prediction through ``spica evaluate``'s path (its config, request and evaluation)."""
     from spica_core.config.model import SmartSearchConfig
@@ -163,8 +160,7 @@ def replay_row(plan: RowPlan) -> dict[str, float]:
     return {m: float(outcome.metrics[k]) for m, k in _PREDICTED.items()}
 
 
-def csv_rows(path: Path, replay: Replay = replay_row,
-             on_row: Callable[[str], None] | None = None) -> tuple[list[GroupedRow], list[str]]:
+def csv_rows(path: Path, on_row: Callable[[str], None] | None = None) -> tuple[list[GroupedRow], list[str]]:
     """The rows of a silicon-format CSV with their predictions, and a note per row Spica cannot replay."""
     from spica_core.space import bundled_models
 
@@ -177,7 +173,7 @@ def csv_rows(path: Path, replay: Replay = replay_row,
             skipped.append(f"{where}: skipped, Spica cannot replay it: {plan}")
             continue
         try:
-            predicted = replay(plan)
+            predicted = replay_row(plan)
         except SpicaError as exc:
             skipped.append(f"{where}: skipped, its replay did not finish: {exc}")
             continue
@@ -188,7 +184,7 @@ def csv_rows(path: Path, replay: Replay = replay_row,
     return rows, skipped
 
 
-def read_measurements(paths: Iterable[str | Path], run: str | Path | None = None, replay: Replay = replay_row,
+def read_measurements(paths: Iterable[str | Path], run: str | Path | None = None,
                       on_row: Callable[[str], None] | None = None) -> tuple[list[GroupedRow], list[str]]:
     """Every measurement the command line names, paired with its prediction, and the notes on skipped rows."""
     runs = Runs({})
@@ -200,7 +196,7 @@ def read_measurements(paths: Iterable[str | Path], run: str | Path | None = None
         if not path.exists():
             raise CalibrationInputError(f"{path}:1: no such file or folder")
         if path.is_file() and path.suffix.lower() == ".csv":
-            found, skipped = csv_rows(path, replay, on_row)
+            found, skipped = csv_rows(path, on_row)
             rows += found
             notes += skipped
         elif path.is_dir() or path.suffix.lower() == ".json":
