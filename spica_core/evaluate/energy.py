@@ -20,7 +20,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from spica_core.deployment import Candidate
-from spica_core.evaluate.cost import ROLES
+from spica_core.evaluate.cost import role_gpu_hours
+from spica_core.evaluate.engine_args import RoleArgs
 
 SOURCES = ("measured", "board_power", "mixed")
 
@@ -30,23 +31,19 @@ def _mean(report: Mapping[str, Any], total: str) -> float:
     return float(report.get(total) or 0.0) / n if n > 0 else 0.0
 
 
-def role_powers(candidate: Candidate, report: Mapping[str, Any], profile_dir: str | None = None) -> dict[str, float]:
-    """``<role>_power_w_per_gpu`` and ``<role>_energy_coverage`` of each role the candidate runs, from one
-    representative step of its shape on its SKU (``profile_dir``: where its profiles are, as for its replay)."""
-    from spica_core.space import EngineShape, profile_path, step_power
+def role_powers(candidate: Candidate, roles: Mapping[str, RoleArgs], report: Mapping[str, Any]) -> dict[str, float]:
+    """``<role>_power_w_per_gpu`` and ``<role>_energy_coverage`` of each role the candidate runs (``roles``: its
+    engine arguments, whose profiles carry the power grid), from one representative step of the role's shape."""
+    from spica_core.space import step_power
 
-    ctx = candidate.context
     isl, osl = round(_mean(report, "total_input_tokens")), round(_mean(report, "total_output_tokens"))
     in_flight = float(report.get("request_throughput_rps") or 0.0) * float(report.get("mean_e2e_latency_ms") or 0.0)
     out: dict[str, float] = {}
-    for role in candidate.roles:
-        rc = candidate.parallel.roles[role]
-        es = EngineShape.of(ctx.model_name, ctx.hardware_sku, candidate.backend, str(candidate.backend_version),
-                            rc.shape, candidate.precision, nextn=ctx.aic_nextn)
-        ranks = max(1, rc.replicas * rc.shape.attention_dp)
+    for role, args in roles.items():
+        ranks = max(1, args.replicas * args.shape.attention_dp)
         batch = max(1, min(int(candidate.engines[role].max_num_seqs), round(in_flight / 1000.0 / ranks)))
         name = "prefill" if role == "prefill" else "decode"   # an aggregated worker is the decode role
-        watts, coverage = step_power(profile_path(es, profile_dir), name, batch, isl, osl)
+        watts, coverage = step_power(args.profile, name, batch, isl, osl)
         out[f"{name}_power_w_per_gpu"], out[f"{name}_energy_coverage"] = watts, coverage
     return out
 
@@ -54,8 +51,7 @@ def role_powers(candidate: Candidate, report: Mapping[str, Any], profile_dir: st
 def with_energy(report: Mapping[str, Any]) -> dict[str, Any]:
     """The report with the energy metrics, from its role powers (``role_powers``), GPU time and output tokens."""
     out = dict(report)
-    seconds = {r: float(report.get(f"{r}_worker_seconds") or 0.0) * float(report.get(f"{r}_gpus_per_worker") or 0)
-               for r in ROLES}
+    seconds = {r: hours * 3600.0 for r, hours in role_gpu_hours(report).items()}
     busy = {r: s for r, s in seconds.items() if s > 0 and report.get(f"{r}_power_w_per_gpu") is not None}
     if not busy:
         return out

@@ -243,7 +243,7 @@ def _evaluate(req: EvalRequest) -> Outcome:
     t2 = time.perf_counter()
     report = served_report(with_rejected(result["summary"], rejected), overhead)
     try:
-        report = with_energy(with_cost({**report, **role_powers(candidate, report, req.profile_dir)}, req.goal, candidate))
+        report = with_energy(with_cost({**report, **role_powers(candidate, spec.roles, report)}, req.goal, candidate))
     except Exception as exc:  # noqa: BLE001 - a metric that cannot be computed fails the candidate, with why
         return outcome(Status.failed, f"energy of the candidate's steps: {type(exc).__name__}: {exc}")
     planner = {}
