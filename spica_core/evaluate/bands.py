@@ -61,6 +61,11 @@ class Ratio:
         """What a predicted latency is multiplied by before it is held against the SLA (1 at 0.5)."""
         return 1.0 if confidence <= 0.5 else max(1.0, self.quantile(confidence))
 
+    def band(self, value: float, spread: float = 0.0, group: str | None = None) -> Band:
+        """The band on a prediction ``value``: its p10–p90 widened by the replays' own ``spread`` (a fraction)."""
+        return Band(value * self.p10 * (1 - spread), value * self.p50, value * self.p90 * (1 + spread), self.rows,
+                    self.group if group is None else group, spread)
+
 
 @dataclass(frozen=True)
 class Band:
@@ -126,10 +131,8 @@ class BandTable:
             value = metrics.get(_METRIC_OF[metric])
             if value is None or not math.isfinite(float(value)):
                 continue
-            r = self.ratio(metric, model, system, backend)
             extra = float((spread or {}).get(metric, 0.0))
-            out[metric] = Band(value * r.p10 * (1 - extra), value * r.p50, value * r.p90 * (1 + extra), r.rows,
-                               r.group, extra)
+            out[metric] = self.ratio(metric, model, system, backend).band(value, extra)
         return out
 
     def sla_factors(self, model: str, system: str, backend: str, confidence: float) -> dict[str, float]:

@@ -147,9 +147,8 @@ class Calibration:
             value = predicted.get(_METRIC_OF[metric])
             if value is None or not math.isfinite(float(value)):
                 continue
-            r, spread = cal.ratio, (shipped[metric].spread if metric in shipped else 0.0)
-            out[metric] = Band(value * r.p10 * (1 - spread), value * r.p50, value * r.p90 * (1 + spread), cal.rows,
-                               f"calibrated {g.key}", spread)
+            spread = shipped[metric].spread if metric in shipped else 0.0
+            out[metric] = cal.ratio.band(value, spread, f"calibrated {g.key}")
         return out
 
     @property
