@@ -16,6 +16,7 @@ from spica_core.emit.report_format import _feasible, _Goal, _seconds, _target_la
 from spica_core.emit.report_workload import trace_profile
 from spica_core.errors import SpicaError
 from spica_core.evaluate.scoring import meets_requirement
+from spica_core.search.ranking import dominates
 from spica_core.evaluate.evaluation import Status
 from spica_core.space.branches import config_strategy
 
@@ -152,9 +153,10 @@ def plot_cost(inputs: ReportInputs) -> bytes | None:
               for t in _feasible(inputs.trials) if t.metrics.get("cost_per_mtok") is not None]
     if not points:
         return None
-    meeting = sorted((x, y) for x, y, ok in points if ok)
-    front = [p for p in meeting if not any(q[0] >= p[0] and q[1] < p[1] or q[0] > p[0] and q[1] <= p[1]
-                                           for q in meeting)]
+    served = "goodput" if inputs.config.goal.sla is not None else "throughput"
+    meeting = [{served: x, "cost_per_mtok": y} for x, y, ok in points if ok]
+    front = [(p[served], p["cost_per_mtok"]) for p in meeting
+             if not any(dominates(q, p, (served, "cost_per_mtok")) for q in meeting)]
     fig, ax = _figure()
     ax.scatter([x for x, _, _ in points], [y for _, y, _ in points], s=14, color="#9a9a9a", alpha=0.6,
                label="feasible trials")
