@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     ttft = sla.ttft_ms if sla and sla.ttft_ms else 2000.0   # no SLA in the goal: the peer's defaults
     itl = sla.itl_ms if sla and sla.itl_ms else 30.0
     try:
-        result = run_aic_default(space.model_name, space.hardware_sku, space.gpu_budget, isl, osl, ttft, itl,
+        result = run_aic_default(space.model_name, space.skus[0], space.gpu_budget, isl, osl, ttft, itl,
                                  backend=args.backend or space.backend[0], out_dir=args.raw_dir,
                                  perf_db_version=args.perf_db_version)
     except PeerError as exc:

@@ -176,9 +176,12 @@ def _unmapped(ss: dict[str, Any]) -> list[str]:
         notes.append(f"kv_cache_dtype {ss['kv_cache_dtype']}: not passed; the upstream uses its default KV dtype")
     if ss.get("num_g2_blocks"):
         notes.append("num_g2_blocks: host offload is not passed")
-    for name in ("min_endpoint", "startup_time", "aic_nextn"):
+    for name in ("min_endpoint", "startup_time", "aic_nextn", "prefill_hardware_sku", "decode_hardware_sku",
+                 "gpu_inventory"):
         if ss.get(name) is not None:
             notes.append(f"{name}: not passed")
+    if len(ss["hardware_sku"]) > 1:
+        notes.append(f"hardware_sku {ss['hardware_sku']}: only the first is passed")
     return notes
 
 
@@ -203,7 +206,7 @@ def upstream_config(space: dict[str, Any], trace_path: str | Path, sla: dict[str
     roles = (["agg"] if "agg" in modes else []) + (["prefill", "decode"] if "disagg" in modes else [])
     engine: dict[str, Any] = {
         "mode": {"choices": [MODES[m] for m in modes]},
-        "model": ss["model_name"], "hardware": ss["hardware_sku"],
+        "model": ss["model_name"], "hardware": ss["hardware_sku"][0],
         "backend": {"choices": list(ss["backend"])},
         "context_length": ss.get("context_length") or "max",
         "workers": {ROLES[r]: _worker(ss, r, notes) for r in roles},
@@ -226,7 +229,7 @@ def upstream_config(space: dict[str, Any], trace_path: str | Path, sla: dict[str
         "engine": engine,
         "evaluation": {"sla": {k: v for k, v in sla.items() if v is not None}},
         "execution": {"resources": {"cpu_limit": int(cpu_limit)}},
-        "optimization": {"target": target, "hardware": ss["hardware_sku"], "constraints": constraints},
+        "optimization": {"target": target, "hardware": ss["hardware_sku"][0], "constraints": constraints},
         "optimizer": {"algorithm": "random" if exhaustive else algorithm,
                       "max_trials": EXHAUSTIVE_TRIALS if exhaustive else int(budget),
                       "parallelism": int(parallelism), "candidate_timeout_seconds": candidate_timeout_s,

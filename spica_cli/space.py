@@ -1,6 +1,6 @@
 """``spica space CONFIG [--json]``: the deployments a config may try, per mode and backend.
 
-The JSON form is documented in docs/space.md (schema ``spica.space/1``).
+The JSON form is documented in docs/space.md (schema ``spica.space/2``).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from spica_core.space.kv import FILTER_MAX_BATCH_SIZE, FILTER_MAX_NUM_TOKENS, FI
 from spica_core.space.parallel import ParallelConfig, RoleConfig
 from spica_core.space.projection import latent_params
 
-SCHEMA = "spica.space/1"
+SCHEMA = "spica.space/2"
 _GIB = 1 << 30
 
 
@@ -34,7 +34,9 @@ def config_entry(config: ParallelConfig, backends: tuple[str, ...]) -> dict[str,
 
 
 def _branch_doc(branch: Branch, bs: BranchSet) -> dict[str, Any]:
-    per_backend = {b: {"backend_version": bs.system.backend_versions.get(b), **s} for b, s in branch.summary().items()}
+    per_backend = {b: {"backend_versions": {sku: bs.systems[sku].backend_versions.get(b)
+                                            for hw in s["hardware"] for sku in hw.split("+")}, **s}
+                   for b, s in branch.summary().items()}
     return {
         "mode": branch.mode,
         "backends": list(branch.backends),
@@ -48,7 +50,7 @@ def _branch_doc(branch: Branch, bs: BranchSet) -> dict[str, Any]:
         "knobs": {k: list(v) for k, v in branch.knob_choices.items()},
         "float_ranges": {k: list(v) for k, v in branch.float_ranges.items()},
         "configs": [{**config_entry(c, branch.supported_backends[c]),
-                     "variants": [{"backend": v.backend, **v.precision.fields()} for v in branch.supported[c]]}
+                     "variants": [v.fields() for v in branch.supported[c]]}
                     for c in branch.pool],
     }
 
@@ -56,14 +58,15 @@ def _branch_doc(branch: Branch, bs: BranchSet) -> dict[str, Any]:
 def space_document(config: SmartSearchConfig, bs: BranchSet, policies_dropped: list[Any]) -> dict[str, Any]:
     """The machine-readable space (``--json``)."""
     ss = config.search_space
-    m, s = bs.model, bs.system
+    m = bs.model
     return {
         "schema": SCHEMA,
         "model": {"name": m.name, "is_moe": m.is_moe, "architecture": m.architecture, "weight_bytes": m.weight_bytes,
                   "max_context": m.max_context, "kv_bytes_per_token": m.kv_bytes_per_token, "is_mla": m.is_mla},
-        "system": {"name": s.name, "vram_bytes_per_gpu": s.vram_bytes_per_gpu, "gpus_per_node": s.gpus_per_node,
-                   "backend_versions": dict(s.backend_versions)},
+        "systems": [{"name": s.name, "vram_bytes_per_gpu": s.vram_bytes_per_gpu, "gpus_per_node": s.gpus_per_node,
+                     "backend_versions": dict(s.backend_versions)} for s in bs.systems.values()],
         "gpu_budget": ss.gpu_budget,
+        "gpu_inventory": dict(ss.gpu_inventory) if ss.gpu_inventory else None,
         "min_gpu_budget": ss.min_gpu_budget,
         "max_seq_len": bs.max_seq_len,
         "max_seq_len_source": "context_length" if ss.context_length is not None else "model_max_context",
@@ -71,7 +74,7 @@ def space_document(config: SmartSearchConfig, bs: BranchSet, policies_dropped: l
                       "memory_fraction": FILTER_MEMORY_FRACTION},
         "planner_policies_dropped": policies_dropped,
         "branches": [_branch_doc(b, bs) for b in bs.branches],
-        "dropped": [{"mode": d.mode, "backend": d.backend, "reason": d.reason} for d in bs.dropped],
+        "dropped": [d.to_dict() for d in bs.dropped],
         "warnings": list(bs.warnings),
         "shapes": bs.shape_rows(),
     }
@@ -83,15 +86,19 @@ def _fmt_list(values: list[Any]) -> str:
 
 def render_text(doc: dict[str, Any]) -> str:
     """The human summary: facts, then per mode and backend, then KV per shape, then what was dropped."""
-    m, s = doc["model"], doc["system"]
+    m = doc["model"]
     kind = "MoE" + (" (MLA)" if m["is_mla"] else "") if m["is_moe"] else "dense"
-    versions = ", ".join(f"{b} {v}" for b, v in s["backend_versions"].items()) or "none"
     lines = [
         f"{m['name']}: {kind} {m['architecture']}, weights {m['weight_bytes'] / _GIB:.1f} GiB, "
-        f"max context {m['max_context']:,}, KV {m['kv_bytes_per_token']:,} B/token at tp=1",
-        f"{s['name']}: {s['vram_bytes_per_gpu'] / _GIB:.1f} GiB per GPU, {s['gpus_per_node']} GPUs per node; "
-        f"perf data: {versions}",
+        f"max context {m['max_context']:,}, KV {m['kv_bytes_per_token']:,} B/token at tp=1"]
+    for s in doc["systems"]:
+        versions = ", ".join(f"{b} {v}" for b, v in s["backend_versions"].items()) or "none"
+        lines.append(f"{s['name']}: {s['vram_bytes_per_gpu'] / _GIB:.1f} GiB per GPU, {s['gpus_per_node']} GPUs per "
+                     f"node; perf data: {versions}")
+    inventory = doc["gpu_inventory"]
+    lines += [
         f"budget: {doc['gpu_budget']} GPUs" + (f" (at least {doc['min_gpu_budget']})" if doc["min_gpu_budget"] else "")
+        + (" within " + ", ".join(f"{n} × {sku}" for sku, n in inventory.items()) if inventory else "")
         + f"; a shape must hold max_seq_len {doc['max_seq_len']:,} tokens "
           f"({'context_length' if doc['max_seq_len_source'] == 'context_length' else 'model max context'})",
     ]
@@ -103,8 +110,10 @@ def render_text(doc: dict[str, Any]) -> str:
         lines.append(f"{br['mode']}: backends {', '.join(br['backends'])}; {br['pool_size']} parallel configs{pin}")
         for b, info in br["per_backend"].items():
             sizes = "; ".join(f"{role} {_fmt_list(v)}" for role, v in info["engine_sizes"].items())
-            lines.append(f"  {b:<7} {info['backend_version'] or '':<10} {info['num_configs']:>4} configs  "
-                         f"strategies {_fmt_list(info['strategies']):<12} GPUs per engine: {sizes}")
+            version = ", ".join(dict.fromkeys(str(v) for v in info["backend_versions"].values()))
+            lines.append(f"  {b:<7} {version:<10} {info['num_configs']:>4} configs  "
+                         f"strategies {_fmt_list(info['strategies']):<12} GPUs per engine: {sizes}"
+                         + (f"  on {', '.join(info['hardware'])}" if len(doc["systems"]) > 1 else ""))
         if br["latent_params"]:
             dims = []
             for p in br["latent_params"]:
@@ -135,7 +144,8 @@ def render_text(doc: dict[str, Any]) -> str:
                 verdict = f"{r['kv_tokens_per_rank']:,} dropped (not more than max_seq_len)"
             weights = r["weight_bytes_per_gpu"]
             memory = f", weights {weights / 2**30:.1f} GiB/GPU" if weights is not None else ""
-            by_backend.setdefault(f"{r['backend']} {r['quantization']}, kv {r['kv_cache_dtype']}", []).append(
+            where = f"{r['hardware_sku']} " if len(doc["systems"]) > 1 else ""
+            by_backend.setdefault(f"{where}{r['backend']} {r['quantization']}, kv {r['kv_cache_dtype']}", []).append(
                 f"{shape} {verdict}{memory}")
         for b, items in by_backend.items():
             lines.append(f"  {b}:")
@@ -145,7 +155,7 @@ def render_text(doc: dict[str, Any]) -> str:
         lines.append("dropped:")
         for d in doc["dropped"]:
             lines.append(f"  {d['mode']}" + (f" / {d['backend']}" if d["backend"] else " (whole mode)")
-                         + f": {d['reason']}")
+                         + (f" on {d['hardware_sku']}" if d["hardware_sku"] else "") + f": {d['reason']}")
     return "\n".join(lines)
 
 

@@ -33,7 +33,7 @@ def enumerate_branches_task(config: SmartSearchConfig, run_dir: RunDir) -> Legal
 
 @stage("KV filter", retries=2)
 def kv_filter_task(space: LegalSpace, run_dir: RunDir) -> BranchSet:
-    """KV feasibility of every distinct (backend, shape), then the branches the study searches.
+    """KV feasibility of every distinct (GPU type, backend, precision, shape), then the branches the study searches.
 
     ``shapes.parquet`` is written before the branches are built, so when nothing is viable the
     run folder still shows which shape failed and why.
@@ -41,5 +41,5 @@ def kv_filter_task(space: LegalSpace, run_dir: RunDir) -> BranchSet:
     inputs = CATALOG["shapes"].fingerprint(branches=branches_fingerprint(space.config))
     records = run_dir.kept_or_made(
         "shapes", inputs, lambda: estimate_shapes(space), read=records_from_rows,
-        rows=lambda made: [r.row() for r in ordered_records(made, space.config.search_space.backend)])
+        rows=lambda made: [r.row() for r in ordered_records(made, space.config.search_space)])
     return kv_filter(space, records)

@@ -152,7 +152,7 @@ def test_disagg_and_planner_candidates_have_no_estimate() -> None:
 
 def test_no_perf_data_gives_none() -> None:
     # h100_pcie has a system spec but no perf database (aic.md §2)
-    no_data = replace(QUICKSTART, context=replace(QUICKSTART.context, hardware_sku="h100_pcie"))
+    no_data = replace(QUICKSTART, hardware={"agg": "h100_pcie"})
     assert aic_estimate(no_data, isl=4000, osl=500, concurrency=32) is None
 
 

@@ -64,7 +64,7 @@ def test_qwen_pools(qwen: BranchSet) -> None:
     assert len(a.pool) == 15 and len(d.pool) == 71  # see test_enumeration for the hand counts
     assert all(s == ("vllm", "sglang", "trtllm") for s in a.supported_backends.values())
     assert a.summary()["trtllm"] == {"num_configs": 15, "strategies": ["tp"], "engine_sizes": {"agg": [1, 2, 4, 8]},
-                                   "precisions": ["bf16"]}
+                                   "precisions": ["bf16"], "hardware": ["h200_sxm"]}
     assert d.summary()["vllm"]["engine_sizes"] == {"prefill": [1, 2, 4], "decode": [1, 2, 4]}
     # deterministic order: used GPUs, then the tie-break key
     assert a.pool[0] == agg(1) and a.pool[-1] in (agg(1, r=8), agg(2, r=4), agg(4, r=2), agg(8))
@@ -126,7 +126,7 @@ def test_dsv3_records_and_legal_rows(dsv3: BranchSet) -> None:
     assert sum(r.feasible for r in dsv3.shape_records if r.backend == "trtllm") == 8
     rows = dsv3.legal.rows()
     trt_disagg = [r for r in rows if r["mode"] == "disagg" and r["backend"] == "trtllm"]
-    assert trt_disagg == [{"mode": "disagg", "backend": "trtllm", "backend_version": "1.3.0rc20",
+    assert trt_disagg == [{"mode": "disagg", "backend": "trtllm", "hardware_sku": "h200_sxm", "backend_version": "1.3.0rc20",
                            "parallel_config": None, "label": None, "strategy": None, "used_gpus": None,
                            "pinned": False, "supported": False, "reason": TRTLLM_DISAGG_REASON}]
 
@@ -284,7 +284,7 @@ def test_tasks_write_branches_and_shapes(tmp_path: Any) -> None:
     bs = kv_filter_task.fn(space, run)
     branches = run.rows("branches")
     assert len(branches) == 2 * 15 and all(r["supported"] for r in branches)
-    assert set(branches[0]) == {"mode", "backend", "backend_version", "parallel_config", "label", "strategy",
+    assert set(branches[0]) == {"mode", "backend", "hardware_sku", "backend_version", "parallel_config", "label", "strategy",
                                 "used_gpus", "pinned", "supported", "reason"}
     shapes = {(r["backend"], r["shape"]): r for r in run.rows("shapes")}
     assert shapes[("vllm", "TP1")]["kv_tokens_per_rank"] == 249_864 and not shapes[("vllm", "TP1")]["feasible"]
@@ -329,7 +329,7 @@ def test_space_json_lists_every_config(tmp_path: Any, capsys: Any) -> None:
 
     assert space_command(_write(tmp_path, SPACE_YAML), True) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["schema"] == "spica.space/1"
+    assert doc["schema"] == "spica.space/2"
     modes = {b["mode"]: b for b in doc["branches"]}
     assert len(modes["agg"]["configs"]) == 24 and len(modes["disagg"]["configs"]) == 118
     assert modes["agg"]["per_backend"]["sglang"]["num_configs"] == 18
@@ -340,7 +340,8 @@ def test_space_json_lists_every_config(tmp_path: Any, capsys: Any) -> None:
     assert {v["kv_cache_dtype"] for v in one["variants"]} == {"fp8"}
     assert set(one["prefill"]) == {"tp", "attention_dp", "moe_tp", "moe_ep", "pp", "replicas", "strategy",
                                    "gpus_per_worker"}
-    assert doc["dropped"] == [{"mode": "disagg", "backend": "trtllm", "reason": TRTLLM_DISAGG_REASON}]
+    assert doc["dropped"] == [{"mode": "disagg", "backend": "trtllm", "hardware_sku": "h200_sxm",
+                               "reason": TRTLLM_DISAGG_REASON}]
     assert len(doc["shapes"]) == 48
 
 
@@ -354,7 +355,7 @@ def test_space_text_and_errors(tmp_path: Any, capsys: Any) -> None:
     assert "disagg / trtllm" in out
     assert main(["space", str(_write(tmp_path, SPACE_YAML.replace("h200_sxm", "h20")))]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: unknown hardware_sku 'h20'") and "h200_sxm" in err
+    assert "search_space.hardware_sku[0]: 'h20' is not an aiconfigurator-core system" in err and "h200_sxm" in err
 
 
 @pytest.mark.slow

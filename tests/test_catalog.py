@@ -107,7 +107,7 @@ def declared_values_round_trip(stage: str, config: SmartSearchConfig, rd: RunDir
         rd.write(stage, space.rows(), "fp")
         return list(space.spaces), list(LegalSpace.from_rows(config, rd.rows(stage)).spaces)
     if stage == "shapes":
-        records = ordered_records(estimate_shapes(legal_space(config)), config.search_space.backend)
+        records = ordered_records(estimate_shapes(legal_space(config)), config.search_space)
         rd.write(stage, [r.row() for r in records], "fp")
         return records, [ShapeKV.from_row(r) for r in rd.rows(stage)]
     if stage == "load_predictor":
@@ -275,7 +275,7 @@ def test_branches_and_shapes_rebuild_from_their_rows(config: SmartSearchConfig, 
     records = estimate_shapes(space)
     rd = RunDir(tmp_path)
     rd.write("branches", space.rows(), "fp")
-    rd.write("shapes", [r.row() for r in ordered_records(records, config.search_space.backend)], "fp")
+    rd.write("shapes", [r.row() for r in ordered_records(records, config.search_space)], "fp")
     try:
         computed: Any = kv_filter(space, records)
     except NoViableParallelConfigError as exc:

@@ -31,7 +31,8 @@ EXAMPLE_SUMMARIES: dict[str, dict[str, str]] = {
     },
     "deepseek_v3_trace.yaml": {
         "branches": "disagg, agg (one Vizier study each); backends vllm",
-        "pinned context": "model_name=deepseek-ai/DeepSeek-V3, hardware_sku=h200_sxm, gpu_budget=32",
+        "GPU types": "h200_sxm",
+        "pinned context": "model_name=deepseek-ai/DeepSeek-V3, gpu_budget=32",
         "workload": "mooncake trace traces/sine_prefix.jsonl (open loop",
         "goal": "goodput_per_gpu, SLA ttft_ms=2000.0, itl_ms=30.0 held by at least 90 % of requests (planner target 'sla')",
     },
@@ -222,11 +223,13 @@ def test_sweep_rejects_a_negative_seed(capsys: pytest.CaptureFixture[str]) -> No
 
 @pytest.mark.slow
 def test_sweep_error_inside_a_stage_exits_2_without_traceback(tmp_path: Path) -> None:
-    """An unknown SKU is only found by the enumerate stage, inside the Prefect flow."""
-    config = (EXAMPLES / "quickstart.yaml").read_text().replace("hardware_sku: h200_sxm", "hardware_sku: h900")
+    """An inventory too small for any shape is only found by the KV filter stage, inside the Prefect flow: one
+    48 GB L40S cannot hold Qwen3-32B's 64 GB of weights."""
+    config = (EXAMPLES / "quickstart.yaml").read_text().replace("hardware_sku: h200_sxm",
+                                                                "hardware_sku: l40s\n  gpu_inventory: {l40s: 1}")
     path = write(tmp_path, config)
     proc = subprocess.run([sys.executable, "-m", "spica_cli.main", "sweep", str(path), "--runs-root",
                            str(tmp_path / "runs")], capture_output=True, text=True, cwd=REPO, timeout=600)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr + proc.stdout
-    assert "unknown hardware_sku 'h900'" in proc.stderr and "h200_sxm" in proc.stderr
+    assert "search_space.gpu_inventory" in proc.stderr and "holds no deployment" in proc.stderr

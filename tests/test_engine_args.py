@@ -12,11 +12,7 @@ from spica_core.space.precision import precision_of
 from spica_core.config.model import SmartSearchConfig
 from spica_core.config.workload import Workload
 from spica_core.errors import InfeasibleKVCapacityError, RejectedEngineArgsError
-from spica_core.evaluate.engine_args import (
-    KV_TRANSFER_GBPS_PER_GPU,
-    build_engine_args,
-    router_kwargs,
-)
+from spica_core.evaluate.engine_args import build_engine_args, router_kwargs
 from spica_core.space.facts import backend_version, model_facts
 from spica_core.space.kv import kv_tokens_per_rank
 from spica_core.space.parallel import ParallelConfig, Shape
@@ -125,7 +121,7 @@ def test_disagg_roles_carry_kv_transfer_on_prefill_only() -> None:
     p, d = roles["prefill"].payload["engine"], roles["decode"].payload["engine"]
     assert (p["worker_type"], d["worker_type"]) == ("prefill", "decode")
     assert p["kv_transfer_bytes_per_token"] == 2 * 8 * 128 * 64 * 2  # Qwen3-32B bf16 GQA KV
-    assert p["kv_transfer_bandwidth"] == KV_TRANSFER_GBPS_PER_GPU * 2
+    assert p["kv_transfer_bandwidth"] == 50.0 * 2   # H200: one 400 Gb/s NIC per GPU (AIC's inter_node_bw) × TP 2
     assert "kv_transfer_bandwidth" not in d and d["enable_prefix_caching"] is False
     assert roles["decode"].payload["tensor_parallel_size"] == 4 and roles["prefill"].shape == Shape(2)
 

@@ -41,8 +41,7 @@ def test_qwen3_32b_every_tp_holds_the_model_max_context() -> None:
     space = legal_space(agg_vllm(QWEN))
     records = estimate_shapes(space)
     bf16 = precision_of(QWEN, None, "bf16")
-    assert list(records) == [("vllm", bf16, Shape(1)), ("vllm", bf16, Shape(2)), ("vllm", bf16, Shape(4)),
-                             ("vllm", bf16, Shape(8))]
+    assert list(records) == [("h200_sxm", "vllm", bf16, Shape(tp)) for tp in (1, 2, 4, 8)]
     assert all(r.feasible and r.max_seq_len == 40_960 for r in records.values())
     pool = kv_filter(space, records).branch("agg").pool
     assert {c.agg.shape for c in pool if c.agg} == {Shape(1), Shape(2), Shape(4), Shape(8)}

@@ -100,7 +100,9 @@ def test_the_search_pairs_each_config_with_the_precisions_it_fits() -> None:
     branch = enumerate_branches(_config(quantization=["bf16", "fp8"])).branch("agg")
     tp1 = ParallelConfig.from_dict("agg", {"tp": 1})
     tp2 = ParallelConfig.from_dict("agg", {"tp": 2})
-    bf16, fp8 = Variant("vllm", precision_of(LLAMA, None, "bf16")), Variant("vllm", precision_of(LLAMA, "fp8", "bf16"))
+    h200 = (("hardware_sku", "h200_sxm"),)
+    bf16 = Variant("vllm", precision_of(LLAMA, None, "bf16"), h200)
+    fp8 = Variant("vllm", precision_of(LLAMA, "fp8", "bf16"), h200)
     assert branch.knob_choices["quantization"] == ["bf16", "fp8"]
     assert not branch.runs(bf16, tp1) and branch.runs(fp8, tp1) and branch.runs(bf16, tp2)
     space = CandidateSpace(branch)

@@ -81,7 +81,7 @@ def test_thorough_enumerates_every_candidate_once_in_canonical_order() -> None:
     assert len(set(keys)) == len(keys)
     assert cands == list(thorough_proposals(branch))  # deterministic
     assert cands[0].selection == {"deployment_mode": "agg", "backend": "vllm", "quantization": "bf16",
-                                  "kv_cache_dtype": "bf16", "agg_max_num_seqs": 256,
+                                  "kv_cache_dtype": "bf16", "hardware_sku": "h200_sxm", "agg_max_num_seqs": 256,
                                   "agg_max_num_batched_tokens": 8192, "router_mode": "round_robin",
                                   "planner_scaling_policy": "disabled"}
 

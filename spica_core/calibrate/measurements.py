@@ -124,10 +124,9 @@ def aiperf_row(export: Path, runs: Runs, run: Path | None = None) -> GroupedRow:
         if trial.is_evaluated_success and trial.candidate is not None \
                 and canonical_json(json.loads(canonical_json(trial.candidate.to_sample()))) == sample:
             raw = trial.replay_metrics
-            ctx = trial.candidate.context
             predicted = {m: float(raw[k]) for m, k in _PREDICTED.items() if raw.get(k)}
             row = MeasuredRow(f"{folder.name}/rank-{plan.get('rank')}", f"{export}:1", measured, predicted)
-            return GroupedRow(ctx.model_name, ctx.hardware_sku, trial.candidate.backend, row)
+            return GroupedRow(*trial.candidate.group, row)
     raise CalibrationInputError(f"{plan_path}:{_line(plan_text, 'candidate')}: its candidate (rank {plan.get('rank')}, "
                                 f"{plan.get('manifest')}) matches no evaluated candidate of run {folder}")
 

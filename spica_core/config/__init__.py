@@ -16,7 +16,7 @@ _FROM: dict[str, str] = {
         "INT_KNOBS", "KV_ROUTER_KNOBS", "PREDICTOR_FAMILIES", "predictor_fields",
     ), "knobs"),
     **dict.fromkeys(("SmartSearchConfig",), "model"),
-    **dict.fromkeys(("DisaggParallel", "ParallelShape", "SearchSpace"), "search_space"),
+    **dict.fromkeys(("DisaggParallel", "ParallelShape", "roles_of", "SearchSpace", "sku_field"), "search_space"),
     **dict.fromkeys(("Workload",), "workload"),
     **dict.fromkeys((
         "GOODPUT_TARGETS", "MINIMIZED_TARGETS", "OptimizationGoal", "OptimizationTarget", "SLATarget",
@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
         GOODPUT_TARGETS, MINIMIZED_TARGETS, OptimizationGoal, OptimizationTarget, SLATarget
     )
     from spica_core.config.model import SmartSearchConfig
-    from spica_core.config.search_space import DisaggParallel, ParallelShape, SearchSpace
+    from spica_core.config.search_space import DisaggParallel, ParallelShape, roles_of, SearchSpace, sku_field
     from spica_core.config.sweep import CLUSTER_FORMS, parse_cluster_address, SweepConfig, SweepPolicy, VizierAlgorithm
     from spica_core.config.workload import Workload
     from spica_core.config.policies import (
@@ -63,7 +63,8 @@ __all__ = [
     "decode_composite", "DEFAULT_KV_CACHE_DTYPE", "describe", "DisaggParallel", "ENGINE_KNOBS", "entry_label",
     "filter_for_goal", "filter_scaling_policies", "GOODPUT_TARGETS", "INT_KNOBS", "issues_from",
     "KV_ROUTER_KNOBS", "MINIMIZED_TARGETS", "OptimizationGoal", "OptimizationTarget", "ParallelShape",
-    "parse_cluster_address", "planner_target", "PolicyEntry", "PolicyFilter", "PREDICTOR_FAMILIES",
+    "parse_cluster_address", "planner_target", "PolicyEntry", "PolicyFilter", "PREDICTOR_FAMILIES", "roles_of",
+    "sku_field",
     "predictor_fields", "read_trace", "scaling_flags", "searched_knobs", "SearchSpace", "SLATarget",
     "SmartSearchConfig", "SweepConfig", "SweepPolicy", "throughput_intervals", "TRACE_BLOCK_SIZE",
     "trace_lines", "TraceSummary", "VizierAlgorithm", "with_policies", "Workload",

@@ -4,6 +4,7 @@ from __future__ import annotations
 from spica_core.config.model import SmartSearchConfig
 from spica_core.config.policies import filter_for_goal, planner_target, with_policies
 from spica_core.config.pruning import branch_knob_choices
+from spica_core.config.search_space import sku_field
 from spica_core.config.trace import TraceSummary
 
 
@@ -16,6 +17,8 @@ def searched_knobs(config: SmartSearchConfig) -> dict[str, int]:
     out: dict[str, int] = {}
     for mode in config.search_space.deployment_mode:
         knobs, ranges = branch_knob_choices(config, mode, config.search_space.backend)
+        for role, skus in config.search_space.role_skus(mode).items():
+            knobs[sku_field(mode, role)] = skus
         out.update({name: len(choices) for name, choices in knobs.items() if len(choices) > 1})
         out.update({name: -1 for name in ranges})
     return out
@@ -28,6 +31,7 @@ def describe(config: SmartSearchConfig, trace: TraceSummary | None = None) -> st
     lines = ["config is valid", ""]
     lines.append(f"branches        : {', '.join(s.deployment_mode)} (one Vizier study each); "
                  f"backends {', '.join(s.backend)}")
+    lines.append(f"GPU types       : {s.hardware_text()}")
     if s.parallel_configs:
         kind = "pinned" if len(s.parallel_configs) == 1 else f"menu of {len(s.parallel_configs)}"
         lines.append(f"parallel configs: {kind}")
@@ -40,7 +44,7 @@ def describe(config: SmartSearchConfig, trace: TraceSummary | None = None) -> st
     if not searched_knobs(config):
         lines.append("  (none: every knob is pinned)")
     pinned = {
-        "model_name": s.model_name, "hardware_sku": s.hardware_sku, "gpu_budget": s.gpu_budget,
+        "model_name": s.model_name, "gpu_budget": s.gpu_budget,
         "min_gpu_budget": s.min_gpu_budget, "min_endpoint": s.min_endpoint, "context_length": s.context_length,
         "startup_time": s.startup_time, "aic_nextn": s.aic_nextn, "num_g2_blocks": s.num_g2_blocks,
     }

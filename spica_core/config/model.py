@@ -53,9 +53,10 @@ class SmartSearchConfig(_Model):
             raise FieldError("workload.kv_load_ratio", "a [min, max] range is only allowed when goal.target is "
                              "pareto; give a single ratio", self.workload.kv_load_ratio, True)
         prices = self.goal.gpu_hour_usd
-        if prices is not None and self.search_space.hardware_sku not in prices:
-            raise FieldError("goal.gpu_hour_usd", f"has no price for {self.search_space.hardware_sku}, the "
-                             "search_space.hardware_sku its candidates run on; priced: "
+        unpriced = [sku for sku in self.search_space.skus if sku not in (prices or {})]
+        if prices is not None and unpriced:
+            raise FieldError("goal.gpu_hour_usd", f"has no price for {', '.join(unpriced)}, which candidates may run "
+                             "on (search_space.hardware_sku and the role lists); priced: "
                              f"{', '.join(sorted(prices)) or 'none'}", prices, True)
         if self.sweep.policy is SweepPolicy.thorough and self.workload.kv_load_range is not None:
             raise FieldError("sweep.policy", "thorough enumerates a finite space and rejects the continuous "

@@ -137,6 +137,10 @@ def _composite(knob: str) -> Any:
 
 PositiveInt = Annotated[StrictInt, Field(gt=0)]
 
+# GPU types: aiconfigurator-core system ids, one to pin or a list to search (checked against AIC when loaded).
+SkuList = Annotated[list[Annotated[str, Field(min_length=1)]], BeforeValidator(_one_or_list), Field(min_length=1),
+                    AfterValidator(_dedupe)]
+
 
 ShapeSize = _int_upto(limits.WORKER_GPUS)
 
@@ -177,6 +181,17 @@ ParallelEntry = Annotated[
 # ---------------------------------------------------------------- search_space
 
 
+def roles_of(mode: str) -> tuple[str, ...]:
+    """The engine roles a mode deploys: ('agg',) or ('prefill', 'decode')."""
+    return ("agg",) if mode == "agg" else ("prefill", "decode")
+
+
+def sku_field(mode: str, role: str) -> str:
+    """The field naming a role's GPU type in a selection or sample: ``hardware_sku`` (agg) or
+    ``<role>_hardware_sku`` (disagg's prefill and decode)."""
+    return "hardware_sku" if mode == "agg" else f"{role}_hardware_sku"
+
+
 class SearchSpace(_Model):
     # deployment
     deployment_mode: _atomic("deployment_mode", str)
@@ -184,8 +199,18 @@ class SearchSpace(_Model):
     parallel_configs: list[ParallelEntry] = Field(
         default_factory=list, description="[] derives the pool; one entry pins; several form a menu")
     model_name: str = Field(min_length=1, description="Hugging Face id bundled with aiconfigurator-core, or a local folder")
-    hardware_sku: str = Field(min_length=1, description="aiconfigurator-core system id, e.g. h200_sxm")
+    hardware_sku: SkuList | None = Field(
+        default=None, description="GPU type: aiconfigurator-core system id, e.g. h200_sxm; a list is searched like "
+                                  "backend (required unless disagg-only with both role lists set)")
+    prefill_hardware_sku: SkuList | None = Field(
+        default=None, description="disagg: the prefill workers' GPU types (default: hardware_sku)")
+    decode_hardware_sku: SkuList | None = Field(
+        default=None, description="disagg: the decode workers' GPU types (default: hardware_sku)")
     gpu_budget: _int_upto(limits.GPU_BUDGET) = 32
+    gpu_inventory: dict[Annotated[str, Field(min_length=1)], _int_upto(limits.GPU_BUDGET)] | None = Field(
+        default=None, description="GPUs available per type, e.g. {h100_sxm: 16, h200_sxm: 8}: a deployment uses at "
+                                  "most this many of each, on top of gpu_budget; a type not listed is capped by "
+                                  "gpu_budget only")
     min_gpu_budget: _int_upto(limits.GPU_BUDGET) | None = None
     min_endpoint: _int_upto(limits.GPU_BUDGET) | None = None
     context_length: _int_upto(limits.SEQUENCE_TOKENS) | None = None
@@ -257,8 +282,40 @@ class SearchSpace(_Model):
                                  f"{_PIN_SHAPES[mode]}", entry, True)
         return value
 
+    def role_skus(self, mode: str) -> dict[str, list[str]]:
+        """The GPU types each role of a mode may run on: {'agg': [...]} or {'prefill': [...], 'decode': [...]}."""
+        return {role: list(getattr(self, f"{role}_hardware_sku", None) or self.hardware_sku or [])
+                for role in roles_of(mode)}
+
+    @property
+    def skus(self) -> list[str]:
+        """Every GPU type a candidate may run on, in the order the config names them."""
+        return _dedupe([sku for mode in self.deployment_mode for skus in self.role_skus(mode).values()
+                        for sku in skus])
+
+    def hardware_text(self) -> str:
+        """The GPU types for people: ``h200_sxm``, ``h100_sxm or h200_sxm``, role lists when they differ."""
+        text = " or ".join(self.hardware_sku or [])
+        roles = [f"{name.split('_')[0]} {' or '.join(v)}" for name in ("prefill_hardware_sku", "decode_hardware_sku")
+                 if (v := getattr(self, name)) is not None]
+        if roles:
+            text = "; ".join(filter(None, [text and f"agg {text}" if "agg" in self.deployment_mode else "", *roles]))
+        if self.gpu_inventory:
+            text += " (inventory " + ", ".join(f"{n} × {sku}" for sku, n in self.gpu_inventory.items()) + ")"
+        return text
+
     @model_validator(mode="after")
     def _rules(self) -> SearchSpace:
+        for name in ("prefill_hardware_sku", "decode_hardware_sku"):
+            if getattr(self, name) is not None and "disagg" not in self.deployment_mode:
+                raise FieldError(name, f"sets the {name.split('_')[0]} workers' GPU types, which only disaggregated "
+                                 f"deployments have; deployment_mode is {self.deployment_mode}: add disagg or use "
+                                 "hardware_sku", getattr(self, name), True)
+        if self.hardware_sku is None and not (self.deployment_mode == ["disagg"] and self.prefill_hardware_sku
+                                              and self.decode_hardware_sku):
+            raise FieldError("hardware_sku", "is required: the GPU type(s) to deploy on, an aiconfigurator-core "
+                             "system id such as h200_sxm (only a disagg-only search with both prefill_hardware_sku "
+                             "and decode_hardware_sku may leave it out)")
         if self.min_gpu_budget is not None and self.min_gpu_budget > self.gpu_budget:
             raise FieldError("min_gpu_budget", f"must satisfy 0 < min_gpu_budget <= gpu_budget ({self.gpu_budget})",
                              self.min_gpu_budget, True)
@@ -281,4 +338,4 @@ class SearchSpace(_Model):
         return self
 
 
-__all__ = ["SearchSpace", "ParallelShape", "DisaggParallel"]
+__all__ = ["SearchSpace", "ParallelShape", "DisaggParallel", "roles_of", "sku_field"]

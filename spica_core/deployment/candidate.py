@@ -13,7 +13,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from spica_core.config.knobs import decode_composite, predictor_fields
-from spica_core.config.search_space import SearchSpace
+from spica_core.config.search_space import SearchSpace, roles_of, sku_field
 from spica_core.config.policies import PolicyEntry
 from spica_core.errors import SpicaError
 from spica_core.space.parallel import Mode, ParallelConfig
@@ -24,17 +24,11 @@ T = TypeVar("T")
 PredictorWinners = Mapping[int, PolicyEntry]
 
 
-def roles_of(mode: str) -> tuple[str, ...]:
-    """The engine roles a mode deploys: ('agg',) or ('prefill', 'decode')."""
-    return ("agg",) if mode == "agg" else ("prefill", "decode")
-
-
 @dataclass(frozen=True)
 class Context:
     """What the user pinned about the deployment, carried on every sample (None values included)."""
 
     model_name: str
-    hardware_sku: str
     gpu_budget: int
     min_gpu_budget: int | None = None
     min_endpoint: int | None = None
@@ -177,6 +171,7 @@ class Candidate:
     router: Router
     planner: PlannerChoice
     precision: Precision
+    hardware: Mapping[str, str]          # role → GPU type (aiconfigurator-core system id)
     backend_version: str | None = None   # resolved by the evaluation (latest perf-DB version)
     concurrency: int | None = None       # fixed or KV-derived closed-loop concurrency
     kv_load: KVLoad | None = None
@@ -188,6 +183,34 @@ class Candidate:
     @property
     def used_gpus(self) -> int:
         return self.parallel.used_gpus
+
+    def sku(self, role: str) -> str:
+        """The GPU type a role runs on."""
+        return self.hardware[role]
+
+    @property
+    def hardware_sku(self) -> str | None:
+        """The one GPU type every role runs on; None when prefill and decode differ."""
+        skus = set(self.hardware.values())
+        return next(iter(skus)) if len(skus) == 1 else None
+
+    @property
+    def system(self) -> str:
+        """The GPU type, or ``prefill+decode`` types when they differ."""
+        return self.hardware_sku or "+".join(self.hardware[r] for r in self.roles)
+
+    @property
+    def group(self) -> tuple[str, str, str]:
+        """(model, system, backend): the group its error bands and a calibration are looked up under (a mixed
+        deployment has no measured rows of its own, so it falls back to its backend's)."""
+        return self.context.model_name, self.system, self.backend
+
+    def gpus_by_sku(self) -> dict[str, int]:
+        """GPUs the deployment uses per GPU type (at its initial replica counts)."""
+        out: dict[str, int] = {}
+        for role, rc in self.parallel.roles.items():
+            out[self.hardware[role]] = out.get(self.hardware[role], 0) + rc.gpus
+        return out
 
     def resolved(self, *, backend_version: str, concurrency: int | None = None,
                  kv_load: KVLoad | None = None) -> Candidate:
@@ -250,8 +273,9 @@ class Candidate:
                               **decode_composite("planner_fpm_sampling", pick("planner_fpm_sampling")),
                               **decode_composite("planner_load_sensitivity", pick("planner_load_sensitivity")),
                               load_predictor=predictor)
+        hardware = {role: _pick_sku(space, mode, role, selection) for role in roles_of(mode)}
         return cls(mode, backend, _build(Context, pinned), _build(HostOffload, pinned), parallel, engines, router,
-                   planner, precision)
+                   planner, precision, hardware)
 
     # ------------------------------------------------------------ the wire format
 
@@ -269,6 +293,7 @@ class Candidate:
         """The flat unrolled sample, plus the run fields once resolved."""
         out: dict[str, Any] = {"deployment_mode": self.mode, "backend": self.backend, **self.precision.fields()}
         out.update(_as_dict(self.context))
+        out.update(self.hardware_fields())
         out.update(_as_dict(self.offload))
         out.update(self.parallel.flat_fields())
         for role, knobs in self.engines.items():
@@ -321,9 +346,30 @@ class Candidate:
                              sample["kv_load_concurrency_capacity"],
                              {r: sample[f"{r}_kv_capacity_tokens"] for r in roles if f"{r}_kv_capacity_tokens" in sample})
         precision = precision_of(sample["model_name"], sample["quantization"], sample["kv_cache_dtype"])
+        hardware = {r: sample[sku_field(mode, r)] for r in roles}
         return cls(mode, sample["backend"], _build(Context, sample.__getitem__),
                    _build(HostOffload, sample.__getitem__), parallel, engines, router,
-                   planner, precision, sample.get("backend_version"), sample.get("concurrency"), kv_load)
+                   planner, precision, hardware, sample.get("backend_version"), sample.get("concurrency"), kv_load)
+
+    def hardware_fields(self) -> dict[str, str]:
+        """The GPU types as sample fields: ``hardware_sku`` (agg, or a disagg whose roles share one type) and
+        ``prefill_hardware_sku`` / ``decode_hardware_sku`` (disagg)."""
+        out = {sku_field(self.mode, role): sku for role, sku in self.hardware.items()}
+        if self.hardware_sku is not None:
+            out["hardware_sku"] = self.hardware_sku
+        return out
+
+
+def _pick_sku(space: SearchSpace, mode: str, role: str, selection: Mapping[str, Any]) -> str:
+    """A role's GPU type: the study's choice, or the one the config allows."""
+    name = sku_field(mode, role)
+    if name in selection:
+        return str(selection[name])
+    allowed = space.role_skus(mode)[role]
+    if len(allowed) == 1:
+        return allowed[0]
+    raise SpicaError(f"selection has no value for '{name}' and the config allows {allowed}; pin it or let the "
+                     "study choose it")
 
 
 def _build(cls: type[T], value_of: Callable[[str], Any]) -> T:

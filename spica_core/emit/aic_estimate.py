@@ -194,12 +194,12 @@ def aic_estimate(candidate: Candidate, *, isl: int, osl: int, concurrency: int) 
     ctx = candidate.context
     try:
         model_facts(ctx.model_name)
-        version = candidate.backend_version or backend_version(ctx.hardware_sku, candidate.backend)
+        version = candidate.backend_version or backend_version(candidate.sku("agg"), candidate.backend)
     except (NoPerfDatabaseError, UnknownModelError, UnknownSystemError):
         return None
     rc = candidate.parallel.roles["agg"]
     knobs = candidate.engines["agg"]
-    es = EngineShape.of(ctx.model_name, ctx.hardware_sku, candidate.backend, version, rc.shape, candidate.precision,
+    es = EngineShape.of(ctx.model_name, candidate.sku("agg"), candidate.backend, version, rc.shape, candidate.precision,
                         nextn=ctx.aic_nextn)
     b, ctx_tokens, modelled = static_point(candidate, concurrency, isl)
     point = _point(es, int(isl), int(osl), b, ctx_tokens, float(knobs.gpu_memory_utilization),

@@ -7,6 +7,7 @@ in every component (numbers and JSON arguments: ``spica_core.engines.flags``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from spica_core.deployment import Candidate
@@ -40,7 +41,7 @@ class _Context:
     options: ManifestOptions
     problems: _Problems
     image: str
-    gpus_per_node: int | None
+    gpus_per_node: Mapping[str, int | None]          # role → GPUs per node of its GPU type (None: unknown)
     notes: list[str] = field(default_factory=list)   # approximations, recorded in an annotation
 
     @property

@@ -1,8 +1,9 @@
 """One candidate → one ``nvidia.com/v1beta1`` DynamoGraphDeployment.
 
 ``manifest(candidate)`` deploys exactly the candidate that was scored: the frontend with the
-candidate's router, one worker component per role with its replicas, GPU limits and engine flags
-(each backend's own spelling, batching per attention-DP rank as the replay modelled it), the Planner
+candidate's router, one worker component per role with its replicas, GPU limits, a node selector on its
+GPU type and engine flags (each backend's own spelling, batching per attention-DP rank as the replay
+modelled it), the Planner
 with its PlannerConfig JSON when the candidate scales, KVBM host offload when it offloads, an
 optional model-cache PVC and the provenance annotations. A candidate field with no deploy-time
 equivalent that would change what runs is never dropped: :class:`ManifestError` lists every such
@@ -26,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from spica_core.config.search_space import sku_field
 from spica_core.deployment import Candidate
 from spica_core.emit.crd import API_VERSION, KIND
 from spica_core.emit.crd_reading import GPU_RESOURCE, MAIN_CONTAINER, image_tag
@@ -33,7 +35,9 @@ from spica_core.emit.crd_webhook import DNS_LABEL, NAMESPACE, QUALIFIED_NAME, SE
 from spica_core.engines import Launch, engine, num_arg
 from spica_core.emit.manifest_context import _component, _Context, _env, _Problems
 from spica_core.emit.manifest_kvbm import _host_memory, _kvbm_env
-from spica_core.emit.manifest_options import IMAGE_ENGINES, RUNTIME_REPOS, ManifestOptions, default_image
+from spica_core.emit.manifest_options import (
+    GPU_PRODUCT_LABEL, IMAGE_ENGINES, RUNTIME_REPOS, ManifestOptions, default_image,
+)
 from spica_core.emit.manifest_planner import _planner_component
 from spica_core.errors import SpicaError
 from spica_core.space.parallel import Shape
@@ -124,14 +128,19 @@ def manifest_yaml(doc: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------- checks before building
 
 
-def _gpus_per_node(candidate: Candidate, problems: _Problems) -> int | None:
+def _gpus_per_node(candidate: Candidate, problems: _Problems) -> dict[str, int | None]:
+    """Each role's node size, from its GPU type."""
     from spica_core.space.facts import system_facts
 
-    try:
-        return system_facts(candidate.context.hardware_sku).gpus_per_node
-    except SpicaError as exc:
-        problems.add("hardware_sku", f"the node size is unknown, so multi-node layout cannot be decided ({exc})")
-        return None
+    out: dict[str, int | None] = {}
+    for role in candidate.roles:
+        try:
+            out[role] = system_facts(candidate.sku(role)).gpus_per_node
+        except SpicaError as exc:
+            problems.add(sku_field(candidate.mode, role), f"the node size is unknown, so multi-node layout cannot be "
+                                                          f"decided ({exc})")
+            out[role] = None
+    return out
 
 
 def _check_options(ctx: _Context) -> None:
@@ -225,7 +234,7 @@ def _frontend_component(ctx: _Context) -> dict[str, Any]:
 def _layout(ctx: _Context, role: str, shape: Shape) -> tuple[int, int]:
     """(nodeCount, GPUs per pod) of one worker instance; one larger than a node splits evenly over the fewest
     nodes."""
-    g, gpn = shape.gpus, ctx.gpus_per_node
+    g, gpn = shape.gpus, ctx.gpus_per_node[role]
     if gpn is None or g <= gpn:
         return 1, g
     nodes = math.ceil(g / gpn)
@@ -270,7 +279,7 @@ def _worker_component(ctx: _Context, role: str) -> dict[str, Any]:
     if ctx.options.hf_token_secret:
         container["envFrom"] = [{"secretRef": {"name": ctx.options.hf_token_secret}}]
     container["resources"] = resources
-    pod: dict[str, Any] = {"containers": [container]}
+    pod: dict[str, Any] = {"containers": [container], "nodeSelector": _node_selector(ctx, role)}
     if pvc:
         container["volumeMounts"] = [{"name": MODEL_CACHE_VOLUME, "mountPath": MODEL_CACHE_MOUNT}]
         pod["volumes"] = [{"name": MODEL_CACHE_VOLUME, "persistentVolumeClaim": {"claimName": pvc}}]
@@ -282,6 +291,18 @@ def _worker_component(ctx: _Context, role: str) -> dict[str, Any]:
     if shape.gpus > 1 and ctx.options.shared_memory_size:
         comp["sharedMemorySize"] = ctx.options.shared_memory_size
     return comp
+
+
+def _node_selector(ctx: _Context, role: str) -> dict[str, str]:
+    """Place the worker on its GPU type's nodes: the GPU feature discovery product label."""
+    sku = ctx.candidate.sku(role)
+    product = ctx.options.gpu_product(sku)
+    if product is None:
+        ctx.problems.add(sku_field(ctx.candidate.mode, role),
+                         f"no {GPU_PRODUCT_LABEL} value is known for {sku}, so its workers cannot be placed on their "
+                         f"GPU type; give it (spica emit --gpu-product-label {sku}=VALUE)")
+        return {}
+    return {GPU_PRODUCT_LABEL: product}
 
 
 def _check_shape(ctx: _Context, role: str, shape: Shape) -> None:
@@ -314,8 +335,8 @@ def _annotations(ctx: _Context, rank: int | None, extra: Mapping[str, Any]) -> d
     own.update({"mode": c.mode, "backend": c.backend, "parallel": c.parallel.label(),
                 "quantization": c.precision.quantization, "kv-cache-dtype": c.precision.kv_cache_dtype,
                 "used-gpus": str(c.used_gpus),
-                "gpu-budget": str(c.context.gpu_budget), "model": c.context.model_name,
-                "hardware-sku": c.context.hardware_sku})
+                "gpu-budget": str(c.context.gpu_budget), "model": c.context.model_name})
+    own.update({name.replace("_", "-"): sku for name, sku in c.hardware_fields().items()})
     if c.backend_version is not None:
         own["perf-db-version"] = f"{c.backend} {c.backend_version}"
     own["dynamo-version"] = ctx.options.dynamo_version

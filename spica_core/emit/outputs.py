@@ -106,7 +106,7 @@ def provenance_of(run_dir: RunDir, identity: RunIdentity, config: SmartSearchCon
         aiconfigurator_core=identity.engines.get("aiconfigurator-core", "absent"), perf_db_versions=versions,
         config_fingerprint=identity.config_fingerprint, trace_fingerprint=identity.trace_fingerprint,
         stage_fingerprints=stages,
-        timing_source=f"aiconfigurator-core perf database ({config.search_space.hardware_sku}) through "
+        timing_source=f"aiconfigurator-core perf database ({', '.join(config.search_space.skus)}) through "
                       "Dynamo's offline replay")
 
 

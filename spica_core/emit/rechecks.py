@@ -135,7 +135,7 @@ def recheck(records: Sequence[CandidateRecord], ranks: Sequence[int], config: Sm
         spread: ReplaySpread | None = found.get(("spread", r.rank))
         if spread is not None:
             widened = {k: SPREAD_WIDENING * v for k, v in spread.band_spread().items()}
-            group = (r.candidate.context.model_name, r.candidate.context.hardware_sku, r.candidate.backend)
+            group = r.candidate.group
             raw = r.uncalibrated or r.metrics
             bands = load_bands().bands(*group, raw, widened)
             if calibration is not None:

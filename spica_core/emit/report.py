@@ -78,7 +78,7 @@ def render_markdown(inputs: ReportInputs, plots: Mapping[str, str]) -> str:
     goal = _Goal(inputs)
     lines: list[str] = ["# Spica sweep report", ""]
     ss = inputs.config.search_space
-    lines.append(f"{ss.model_name} on {ss.hardware_sku}, GPU budget {ss.gpu_budget}; "
+    lines.append(f"{ss.model_name} on {ss.hardware_text()}, GPU budget {ss.gpu_budget}; "
                  f"modes {', '.join(ss.deployment_mode)}; backends {', '.join(ss.backend)}.")
     lines.append("")
     lines += _goal_section(inputs, goal)

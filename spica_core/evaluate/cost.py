@@ -22,8 +22,9 @@ ROLES = ("prefill", "decode")
 
 def role_skus(candidate: Candidate) -> dict[str, str]:
     """The GPU type each role of a candidate runs on (an aggregated worker is the decode role)."""
-    sku = candidate.context.hardware_sku
-    return {role: sku for role in ROLES}
+    if candidate.mode == "agg":
+        return {role: candidate.sku("agg") for role in ROLES}
+    return {role: candidate.sku(role) for role in ROLES}
 
 
 def role_gpu_hours(report: Mapping[str, Any]) -> dict[str, float]:

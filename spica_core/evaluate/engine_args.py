@@ -8,12 +8,12 @@ candidate the runtime would reject fails here with the runtime's message, before
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from spica_core.errors import InfeasibleKVCapacityError, RejectedEngineArgsError
-from spica_core.space.facts import model_facts
+from spica_core.space.facts import model_facts, system_facts
 from spica_core.space.parallel import Shape
 from spica_core.space.profiles import EngineShape, kv_blocks_per_rank, profile_path, timing_model
 from spica_core import engines
@@ -21,11 +21,13 @@ from spica_core.deployment import Candidate, HostOffload, Router
 
 os.environ.setdefault("DYN_LOG", "error")
 
-# Disaggregated KV hand-off bandwidth per GPU, decimal GB/s. Default: one 400 Gb/s (NDR InfiniBand /
-# ConnectX-7) NIC per GPU = 50 GB/s, as on DGX/HGX H100, H200 and B200. Each TP rank of a prefill
-# worker ships its own shard of the KV over its own NIC, so a worker's hand-off bandwidth is this
-# times its TP size (latent MLA KV is replicated, so it moves over one NIC's worth).
-KV_TRANSFER_GBPS_PER_GPU = float(os.environ.get("SPICA_KV_TRANSFER_GBPS_PER_GPU", "50"))
+# Disaggregated KV hand-off bandwidth per GPU, decimal GB/s: the GPU type's inter-node bandwidth from
+# aiconfigurator-core's system file (one 400 Gb/s NDR NIC per GPU = 50 GB/s on HGX H100 and H200, 800 Gb/s on
+# B200, NVLink across a GB200 rack), unless SPICA_KV_TRANSFER_GBPS_PER_GPU says otherwise. Between two GPU
+# types the slower side sets the pace. Each TP rank of a prefill worker ships its own shard of the KV over its
+# own NIC, so a worker's hand-off bandwidth is this times its TP size (latent MLA KV is replicated, so it moves
+# over one NIC's worth).
+KV_TRANSFER_ENV = "SPICA_KV_TRANSFER_GBPS_PER_GPU"
 
 WORKER_TYPES = {"agg": "aggregated", "prefill": "prefill", "decode": "decode"}
 
@@ -57,13 +59,20 @@ class RoleArgs:
 KV_DTYPE_BYTES = {"bf16": 2, "fp8": 1}
 
 
-def kv_transfer_fields(model: str, shape: Shape, kv_cache_dtype: str) -> dict[str, float]:
+def kv_transfer_gbps_per_gpu(skus: Iterable[str]) -> float:
+    """The per-GPU hand-off bandwidth between GPU types (GB/s): the slower side's, or the environment's override."""
+    override = os.environ.get(KV_TRANSFER_ENV)
+    if override:
+        return float(override)
+    return min(system_facts(sku).inter_node_gbps for sku in skus)
+
+
+def kv_transfer_fields(model: str, shape: Shape, kv_cache_dtype: str, gbps_per_gpu: float) -> dict[str, float]:
     """kv_transfer_bytes_per_token (whole token, all layers, at the KV dtype) and the hand-off bandwidth in GB/s."""
     facts = model_facts(model)
     lanes = 1 if facts.is_mla else shape.tp
     per_token = facts.kv_bytes_per_token * KV_DTYPE_BYTES[kv_cache_dtype] // KV_DTYPE_BYTES["bf16"]
-    return {"kv_transfer_bytes_per_token": int(per_token),
-            "kv_transfer_bandwidth": KV_TRANSFER_GBPS_PER_GPU * lanes}
+    return {"kv_transfer_bytes_per_token": int(per_token), "kv_transfer_bandwidth": gbps_per_gpu * lanes}
 
 
 def host_offload_fields(offload: HostOffload, role: str) -> dict[str, Any]:
@@ -103,7 +112,8 @@ def role_payload(candidate: Candidate, role: str, *, num_gpu_blocks: int, profil
     if context.aic_nextn:
         engine["aic_nextn"] = int(context.aic_nextn)
     if role == "prefill":
-        engine.update(kv_transfer_fields(context.model_name, shape, candidate.precision.kv_cache_dtype))
+        engine.update(kv_transfer_fields(context.model_name, shape, candidate.precision.kv_cache_dtype,
+                                         kv_transfer_gbps_per_gpu(candidate.hardware.values())))
     engine.update(host_offload_fields(candidate.offload, role))
     payload: dict[str, Any] = {"tensor_parallel_size": shape.tp, "dp_size": shape.attention_dp, "engine": engine}
     if context.startup_time is not None:
@@ -136,7 +146,8 @@ def build_engine_args(candidate: Candidate, *, profile_dir: str | None = None,
     for role in candidate.roles:
         rc = candidate.parallel.roles[role]
         knobs = candidate.engines[role]
-        blocks = kv_blocks_per_rank(context.model_name, context.hardware_sku, candidate.backend, rc.shape,
+        sku = candidate.sku(role)
+        blocks = kv_blocks_per_rank(context.model_name, sku, candidate.backend, rc.shape,
                                     precision=candidate.precision, block_size=int(knobs.block_size),
                                     max_num_batched_tokens=int(knobs.max_num_batched_tokens),
                                     max_num_seqs=int(knobs.max_num_seqs),
@@ -145,8 +156,8 @@ def build_engine_args(candidate: Candidate, *, profile_dir: str | None = None,
             raise InfeasibleKVCapacityError(f"{role} shape {rc.shape.strategy}{rc.shape.gpus} "
                                             f"(tp={rc.shape.tp}, dp={rc.shape.attention_dp}) leaves no KV cache for "
                                             f"{context.model_name} at {candidate.precision.label()} on "
-                                            f"{context.hardware_sku}")
-        es = EngineShape.of(context.model_name, context.hardware_sku, candidate.backend, candidate.backend_version,
+                                            f"{sku}")
+        es = EngineShape.of(context.model_name, sku, candidate.backend, candidate.backend_version,
                             rc.shape, candidate.precision, nextn=context.aic_nextn)
         prof = str(profile_path(es, profile_dir))
         payload = role_payload(candidate, role, num_gpu_blocks=blocks, profile=prof)
@@ -166,4 +177,4 @@ def router_kwargs(router: Router) -> dict[str, Any]:
 
 
 __all__ = ["RoleArgs", "build_engine_args", "role_payload", "validate_payload", "router_kwargs",
-           "kv_transfer_fields", "host_offload_fields", "KV_TRANSFER_GBPS_PER_GPU"]
+           "kv_transfer_fields", "kv_transfer_gbps_per_gpu", "host_offload_fields", "KV_TRANSFER_ENV"]

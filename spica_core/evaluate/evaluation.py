@@ -137,11 +137,11 @@ def _prepare(req: EvalRequest, timings: dict[str, float]) -> tuple[Candidate, An
     from spica_core.evaluate.scoring import is_feasible, sla_kwargs
     from spica_core.evaluate.workload import replay_workload, resolve_kv_load
     from spica_core.planner import make_policy
-    from spica_core.space.facts import backend_version
+    from spica_core.space.facts import shared_backend_version
 
     t0 = time.perf_counter()
     candidate = req.candidate
-    version = candidate.backend_version or backend_version(candidate.context.hardware_sku, candidate.backend)
+    version = candidate.backend_version or shared_backend_version(candidate.hardware.values(), candidate.backend)
     kv_load = None
     concurrency = req.workload.concurrency
     if req.workload.kv_load_ratio is not None:
@@ -160,9 +160,7 @@ def _prepare(req: EvalRequest, timings: dict[str, float]) -> tuple[Candidate, An
     sla = req.goal.sla
     factors = None
     if sla is not None and req.goal.sla_confidence > 0.5:
-        ctx = candidate.context
-        factors = load_bands().sla_factors(ctx.model_name, ctx.hardware_sku, candidate.backend,
-                                           req.goal.sla_confidence)
+        factors = load_bands().sla_factors(*candidate.group, req.goal.sla_confidence)
     overhead = load_serving().overhead_ms(candidate.backend)
     planner_ttft = None if sla is None or sla.ttft_ms is None else max(1.0, sla.ttft_ms - overhead)
     policy = make_policy(candidate, roles, planner_target(req.goal), ttft_ms=planner_ttft,
@@ -256,9 +254,8 @@ def _evaluate(req: EvalRequest) -> Outcome:
         return outcome(Status.failed, str(exc), metrics=candidate_metrics(report), report=report, planner=planner)
     objectives = objective_vector(req.goal, report) if req.goal.is_pareto else None
     metrics = candidate_metrics(report)
-    ctx = candidate.context
     try:
-        bands = load_bands().bands(ctx.model_name, ctx.hardware_sku, candidate.backend, metrics) if req.with_bands else {}
+        bands = load_bands().bands(*candidate.group, metrics) if req.with_bands else {}
     except SpicaError as exc:  # a number without its band is half an answer: never drop it silently
         return outcome(Status.failed, str(exc), metrics=metrics, report=report, planner=planner)
     per_request = served_requests(result.get("per_request"), overhead)
@@ -283,8 +280,8 @@ def calibrated(out: Outcome, goal: OptimizationGoal, calibration: Calibration, c
     assert out.feasible and out.requests is not None
     raw = out.uncalibrated or out.metrics
     base = out.uncalibrated or out.report or out.metrics
-    candidate, ctx = out.candidate, out.candidate.context
-    group = (ctx.model_name, ctx.hardware_sku, candidate.backend)
+    candidate = out.candidate
+    group = candidate.group
     sla = goal.sla.model_dump(exclude_none=True) if goal.sla is not None else None
     shipped = load_bands().sla_factors(*group, goal.sla_confidence) if goal.sla_confidence > 0.5 else {}
     factors = {**shipped, **calibration.sla_factors(*group, goal.sla_confidence)}   # as the replay held it, else

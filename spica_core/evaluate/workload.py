@@ -121,14 +121,14 @@ def role_kv_capacity_tokens(candidate: Candidate, role: str) -> int:
     block = int(knobs.block_size)
     if block <= 0:
         raise ValueError(f"{role}_block_size must be > 0")
-    tokens = kv_tokens_per_rank(context.model_name, context.hardware_sku, candidate.backend, rc.shape,
+    tokens = kv_tokens_per_rank(context.model_name, candidate.sku(role), candidate.backend, rc.shape,
                                 precision=candidate.precision,
                                 max_num_tokens=int(knobs.max_num_batched_tokens),
                                 max_batch_size=int(knobs.max_num_seqs),
                                 memory_fraction=float(knobs.gpu_memory_utilization), nextn=context.aic_nextn)
     if tokens is None:
         raise InfeasibleKVCapacityError(f"{role} shape has no KV budget for {context.model_name} on "
-                                        f"{context.hardware_sku} ({candidate.backend})")
+                                        f"{candidate.sku(role)} ({candidate.backend})")
     usable = (int(tokens) // block) * block
     return usable * rc.shape.attention_dp * rc.replicas
 

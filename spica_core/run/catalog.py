@@ -70,13 +70,13 @@ CONFIG_SCHEMA: Final = pa.schema([
 ])
 
 BRANCHES_SCHEMA: Final = pa.schema([
-    ("mode", pa.string()), ("backend", pa.string()), ("backend_version", pa.string()),
+    ("mode", pa.string()), ("backend", pa.string()), ("hardware_sku", pa.string()), ("backend_version", pa.string()),
     ("parallel_config", pa.string()), ("label", pa.string()), ("strategy", pa.string()),
     ("used_gpus", pa.int64()), ("pinned", pa.bool_()), ("supported", pa.bool_()), ("reason", pa.string()),
 ])
 
 SHAPES_SCHEMA: Final = pa.schema([
-    ("backend", pa.string()), ("backend_version", pa.string()), ("shape", pa.string()),
+    ("hardware_sku", pa.string()), ("backend", pa.string()), ("backend_version", pa.string()), ("shape", pa.string()),
     ("tp", pa.int64()), ("attention_dp", pa.int64()), ("moe_tp", pa.int64()), ("moe_ep", pa.int64()),
     ("pp", pa.int64()), ("gpus", pa.int64()), ("strategy", pa.string()),
     ("quantization", pa.string()), ("kv_cache_dtype", pa.string()), ("native_precision", pa.bool_()),

@@ -52,16 +52,22 @@ def read_calibration(config: SmartSearchConfig, base: Path) -> Calibration | Non
         raise ConfigError("config", [Issue("goal.calibration", str(exc), config.goal.calibration, True)]) from None
 
 
-def check_prices(config: SmartSearchConfig, source: str) -> None:
-    """Every SKU ``goal.gpu_hour_usd`` prices is one aiconfigurator-core knows (a typo would price nothing)."""
+def check_skus(config: SmartSearchConfig, source: str) -> None:
+    """Every GPU type the config names (the SKU lists, ``gpu_inventory``, ``gpu_hour_usd``) is one
+    aiconfigurator-core knows: a typo would search, cap or price nothing."""
     from spica_core.space import known_systems
 
-    known = known_systems()
-    unknown = sorted(set(config.goal.gpu_hour_usd or {}) - set(known))
-    if unknown:
-        raise ConfigError(source, [Issue(f"goal.gpu_hour_usd.{sku}", f"{sku} is not an aiconfigurator-core system; "
-                                         f"known: {', '.join(sorted(known))}", config.goal.gpu_hour_usd[sku], True)
-                                   for sku in unknown])
+    known = set(known_systems())
+    ss = config.search_space
+    named = [(f"search_space.{field}[{i}]", sku, sku) for field in ("hardware_sku", "prefill_hardware_sku",
+                                                                     "decode_hardware_sku")
+             for i, sku in enumerate(getattr(ss, field) or [])]
+    named += [(f"search_space.gpu_inventory.{sku}", sku, n) for sku, n in (ss.gpu_inventory or {}).items()]
+    named += [(f"goal.gpu_hour_usd.{sku}", sku, p) for sku, p in (config.goal.gpu_hour_usd or {}).items()]
+    issues = [Issue(path, f"{sku!r} is not an aiconfigurator-core system; known: {', '.join(sorted(known))}", value,
+                    True) for path, sku, value in named if sku not in known]
+    if issues:
+        raise ConfigError(source, issues)
 
 
 def over_context_note(config: SmartSearchConfig, trace_file: Path | None) -> str | None:
@@ -95,10 +101,10 @@ def load_inputs(source: str | Path | SmartSearchConfig, seed: int | None = None,
         base = path.parent
         config = with_overrides(SmartSearchConfig.from_yaml(path), seed, cluster, calibration)
     space, workload = config.search_space, config.workload
+    check_skus(config, str(path))
     check_quantization(config, str(path))
     load_bands()  # a missing or corrupt band or serving file stops here, before anything runs
     load_serving()
-    check_prices(config, str(path))
     calibrated = read_calibration(config, base)
     longest = max_seq_len(space.model_name, space.context_length)
     trace_file = config.trace_file(base)

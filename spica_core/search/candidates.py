@@ -1,7 +1,7 @@
 """A branch's finite legal space: every (variant, legal parallel config, knob combination), by index.
 
-A variant is a backend at a precision (``Variant``). Every knob is a list and parallel configs come
-from a finite pool, so a branch's candidates can be numbered: the index is mixed-radix over
+A variant is a backend at a precision on each role's GPU type (``Variant``). Every knob is a list and parallel
+configs come from a finite pool, so a branch's candidates can be numbered: the index is mixed-radix over
 (variant × config) pairs, then the knobs in
 declaration order (the last one fastest), which is also the thorough policy's canonical order.
 The only continuous dimension, a ranged ``kv_load_ratio``, is searched on ``FLOAT_LEVELS``
@@ -70,7 +70,8 @@ class CandidateSpace:
         self.combos = math.prod(len(v) for v in self.levels)
         self.size = len(self.pairs) * self.combos
         self._pair_index = {pair: i for i, pair in enumerate(self.pairs)}
-        self._variants = {tuple(_variant_names(v).values()): v for v in branch.variants}
+        self._variants = {tuple(v.fields().values()): v for v in branch.variants}
+        self._variant_knobs = tuple(branch.variants[0].fields()) if branch.variants else ()
         self._with_ffn = has_moe_shape(branch.pool)
 
     @property
@@ -97,7 +98,7 @@ class CandidateSpace:
         if self.latent:
             features = self._features(config)
             out.update({p.name: features[p.name] for p in self.latent})
-        names = _variant_names(variant)
+        names = variant.fields()
         out.update({p.name: names[p.name] for p in self.variant_params})
         out.update({p.name: levels[d] for p, levels, d in zip(self.knobs, self.levels, digits)})
         return out
@@ -114,7 +115,7 @@ class CandidateSpace:
         pair, _ = self.digits(index)
         variant, config = self.pairs[pair]
         raw = self.raw(index)
-        selection: dict[str, Any] = {"deployment_mode": self.mode, **_variant_names(variant)}
+        selection: dict[str, Any] = {"deployment_mode": self.mode, **variant.fields()}
         selection.update({p.name: p.decode(raw[p.name]) for p in self.knobs})
         selection.update({k: v for k, v in self.constants.items() if k not in selection})
         projection = None
@@ -126,7 +127,7 @@ class CandidateSpace:
     def index_of(self, trial: Trial) -> int | None:
         """The candidate a trial evaluated, or None when it is not in this space (e.g. another config)."""
         sel = trial.selection
-        variant = self._variants.get((sel.get("backend"), sel.get("quantization"), sel.get("kv_cache_dtype")))
+        variant = self._variants.get(tuple(sel.get(name) for name in self._variant_knobs))
         pair = self._pair_index.get((variant, trial.parallel)) if variant is not None else None
         if pair is None:
             return None
@@ -146,11 +147,6 @@ class CandidateSpace:
     def unseen(self, seen: set[int]) -> Iterator[int]:
         """Candidates not yet tried, in canonical order."""
         return (i for i in range(self.size) if i not in seen)
-
-
-def _variant_names(variant: Variant) -> dict[str, str]:
-    """A variant as the selection's knob values."""
-    return {"backend": variant.backend, **variant.precision.fields()}
 
 
 __all__ = ["CandidateSpace", "Proposal", "FLOAT_LEVELS"]

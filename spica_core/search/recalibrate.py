@@ -34,7 +34,7 @@ def recalibrated(trials: Sequence[Trial], config: SmartSearchConfig, calibration
                                        "made before Spica kept them); sweep again with the calibration")
         c = trial.candidate
         raw = trial.replay_metrics
-        shipped = load_bands().bands(c.context.model_name, c.context.hardware_sku, c.backend, raw)
+        shipped = load_bands().bands(*c.group, raw)
         plain = Outcome(Status.feasible, c, metrics=raw, score=trial.score, bands=shipped, requests=trial.requests)
         closed = EvalRequest.from_config(config, c).closed_loop
         done = calibrated(plain, config.goal, calibration, closed)

@@ -18,7 +18,7 @@ _FROM: dict[str, str] = {
     **dict.fromkeys(("config_rejection", "configs_from_shapes", "sort_configs", "worker_shapes"), "enumeration"),
     **dict.fromkeys((
         "aic_version", "backend_version", "bundled_models", "cache_dir", "known_systems", "model_facts", "ModelFacts",
-        "quiet_aic",
+        "quiet_aic", "shared_backend_version",
         "system_facts", "SystemFacts",
     ), "facts"),
     **dict.fromkeys(("kv_tokens_per_rank", "max_seq_len", "shape_kv", "ShapeKV"), "kv"),
@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from spica_core.space.enumeration import config_rejection, configs_from_shapes, sort_configs, worker_shapes
     from spica_core.space.facts import (
         aic_version, backend_version, bundled_models, cache_dir, known_systems, model_facts, ModelFacts, quiet_aic,
-        system_facts,
+        shared_backend_version, system_facts,
         SystemFacts
     )
     from spica_core.space.kv import kv_tokens_per_rank, max_seq_len, shape_kv, ShapeKV
@@ -67,5 +67,5 @@ __all__ = [
     "profile_path", "ProjectionRecord", "quiet_aic", "RoleConfig", "Shape", "shape_kv", "ShapeKV",
     "sort_configs", "step_engine", "StepTimes", "system_facts", "SystemFacts", "timing_model", "timing_shape",
     "Variant", "VARIANT_KNOBS", "worker_shapes", "bundled_models", "precision_problem", "WEIGHT_BITS",
-    "known_systems", "ops_power", "power_grid", "step_power",
+    "known_systems", "ops_power", "power_grid", "step_power", "shared_backend_version",
 ]

@@ -2,28 +2,29 @@
 
 Two stages, each with its own artifact:
 
-1. :func:`legal_space` — per mode × backend, is the pair runnable (replay support, perf DB) and
-   which parallel configs are legal (``enumeration``). No memory estimate yet.
+1. :func:`legal_space` — per mode × backend × GPU type, is the triple runnable (replay support, perf DB)
+   and which parallel configs are legal (``enumeration``). No memory estimate yet.
    Rows: ``branches.parquet``; :meth:`LegalSpace.from_rows` rebuilds the same space from them.
-2. :func:`kv_filter` — estimate KV per distinct (backend, shape), drop infeasible
-   configs and empty backends / modes, prune dead knobs and build the :class:`Branch`
-   objects the study uses. Rows: ``shapes.parquet``; :func:`records_from_rows` reads them back, so
+2. :func:`kv_filter` — estimate KV per distinct (GPU type, backend, precision, shape), drop infeasible
+   configs (each role on its own GPU type, within ``gpu_inventory``) and empty backends / modes, prune dead
+   knobs and build the :class:`Branch` objects the study uses. Rows: ``shapes.parquet``; :func:`records_from_rows` reads them back, so
    a resumed run builds its branches without a single memory estimate.
 
 :func:`enumerate_branches` runs both.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from spica_core.config.knobs import COMPOSITE_PRESETS, INT_KNOBS
-from spica_core.config.search_space import DisaggParallel, ParallelShape
+from spica_core.config.search_space import DisaggParallel, ParallelShape, SearchSpace, roles_of, sku_field
 from spica_core.config.model import SmartSearchConfig
 from spica_core.space.enumeration import config_rejection, configs_from_shapes, sort_configs, strategies, worker_shapes
-from spica_core.errors import NoViableParallelConfigError
+from spica_core.errors import ConfigError, Issue, NoViableParallelConfigError
 from spica_core.space.facts import ModelFacts, SystemFacts, model_facts, system_facts
 from spica_core.space.kv import ShapeKV, max_seq_len, no_viable_message, shape_kv
 from spica_core.space.params import Param
@@ -74,19 +75,25 @@ def pinned_configs(config: SmartSearchConfig) -> tuple[ParallelConfig, ...]:
 
 @dataclass(frozen=True)
 class Dropped:
-    """A backend dropped from a mode (``backend`` set) or a whole mode skipped (``backend`` None)."""
+    """A backend dropped from a mode (``backend`` set), on one GPU type or prefill+decode pair of types when
+    ``hardware_sku`` is set, or a whole mode skipped (``backend`` None)."""
 
     mode: str
     backend: str | None
     reason: str
+    hardware_sku: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "backend": self.backend, "hardware_sku": self.hardware_sku, "reason": self.reason}
 
 
 @dataclass(frozen=True)
 class BackendSpace:
-    """One (mode, backend) before the KV filter."""
+    """One (mode, backend, GPU type) before the KV filter."""
 
     mode: Mode
     backend: str
+    sku: str
     version: str | None
     configs: tuple[ParallelConfig, ...]            # legal configs (derived) or legal pins
     shapes: tuple[Shape, ...]                      # distinct worker shapes the configs use
@@ -106,14 +113,14 @@ def _pair_drop_reason(mode: str, backend: str, system: SystemFacts) -> str | Non
     return None
 
 
-def _pinned_space(mode: Mode, backend: str, version: str | None, dropped: str | None,
-                 reasons: Mapping[ParallelConfig, str], precs: tuple[Precision, ...]) -> BackendSpace:
-    """A pinned (mode, backend): every pin with its rejection reason ("" = legal), in pin order."""
+def _pinned_space(mode: Mode, backend: str, sku: str, version: str | None, dropped: str | None,
+                  reasons: Mapping[ParallelConfig, str], precs: tuple[Precision, ...]) -> BackendSpace:
+    """A pinned (mode, backend, GPU type): every pin with its rejection reason ("" = legal), in pin order."""
     legal = tuple(pc for pc, reason in reasons.items() if not reason)
     if dropped is None and not legal:
         dropped = NO_LEGAL_PIN_REASON
     shapes = tuple(sorted({s for pc in legal for s in pc.shapes}, key=lambda s: (s.gpus, s.sort_key())))
-    return BackendSpace(mode, backend, version, legal, shapes, dropped, reasons, precs)
+    return BackendSpace(mode, backend, sku, version, legal, shapes, dropped, reasons, precs)
 
 
 def config_precisions(config: SmartSearchConfig) -> tuple[Precision, ...]:
@@ -124,7 +131,7 @@ def config_precisions(config: SmartSearchConfig) -> tuple[Precision, ...]:
 
 def _runnable(config: SmartSearchConfig, backend: str, version: str | None, mode: str, system: SystemFacts
               ) -> tuple[tuple[Precision, ...], str | None]:
-    """(the precisions this pair can run, why the pair cannot run at all or None)."""
+    """(the precisions this triple can run, why it cannot run at all or None)."""
     dropped = _pair_drop_reason(mode, backend, system)
     if dropped is not None or version is None:
         return (), dropped
@@ -132,7 +139,7 @@ def _runnable(config: SmartSearchConfig, backend: str, version: str | None, mode
     kept: list[Precision] = []
     problems: list[str] = []
     for p in config_precisions(config):
-        problem = None if p.native else precision_problem(ss.model_name, ss.hardware_sku, backend, version,
+        problem = None if p.native else precision_problem(ss.model_name, system.name, backend, version,
                                                           p.quantization)
         if problem:
             problems.append(f"quantization {p.quantization}: {problem}")
@@ -143,20 +150,21 @@ def _runnable(config: SmartSearchConfig, backend: str, version: str | None, mode
 
 @dataclass(frozen=True)
 class LegalSpace:
-    """Stage 1's result: the facts and every (mode, backend) space."""
+    """Stage 1's result: the facts and every (mode, backend, GPU type) space."""
 
     config: SmartSearchConfig
     model: ModelFacts
-    system: SystemFacts
+    systems: Mapping[str, SystemFacts]     # GPU type → its facts, in the config's order
     max_seq_len: int
     pins: tuple[ParallelConfig, ...]
     spaces: tuple[BackendSpace, ...]
 
     def rows(self) -> list[dict[str, Any]]:
-        """``branches.parquet``: one row per (mode, backend, config); a dropped pair has one row without config."""
+        """``branches.parquet``: one row per (mode, backend, GPU type, config); a dropped triple has one row
+        without config."""
         out: list[dict[str, Any]] = []
         for sp in self.spaces:
-            base = {"mode": sp.mode, "backend": sp.backend, "backend_version": sp.version}
+            base = {"mode": sp.mode, "backend": sp.backend, "hardware_sku": sp.sku, "backend_version": sp.version}
             if sp.dropped_reason is not None and not sp.pin_reasons:
                 out.append({**base, "parallel_config": None, "label": None, "strategy": None, "used_gpus": None,
                             "pinned": bool(self.pins), "supported": False, "reason": sp.dropped_reason})
@@ -178,31 +186,37 @@ class LegalSpace:
         """
         ss = config.search_space
         model = model_facts(ss.model_name)
-        system = system_facts(ss.hardware_sku)
+        systems = {sku: system_facts(sku) for sku in ss.skus}
         pins = pinned_configs(config)
-        by_pair: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+        by_triple: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
         for row in rows:
-            by_pair.setdefault((row["mode"], row["backend"]), []).append(row)
+            by_triple.setdefault((row["mode"], row["backend"], row["hardware_sku"]), []).append(row)
         spaces: list[BackendSpace] = []
-        for mode in ss.deployment_mode:
-            for backend in ss.backend:
-                pair = by_pair[(mode, backend)]
-                version = pair[0]["backend_version"]
-                precs, dropped = _runnable(config, backend, version, mode, system)
-                if pins:
-                    reasons = {ParallelConfig.from_dict(mode, json.loads(r["parallel_config"])): r["reason"]  # type: ignore[arg-type]
-                               for r in pair}
-                    spaces.append(_pinned_space(mode, backend, version, dropped, reasons, precs))  # type: ignore[arg-type]
-                    continue
-                if dropped is not None:
-                    spaces.append(BackendSpace(mode, backend, version, (), (), dropped))  # type: ignore[arg-type]
-                    continue
-                configs = tuple(ParallelConfig.from_dict(mode, json.loads(r["parallel_config"]))  # type: ignore[arg-type]
-                                for r in pair if r["parallel_config"] is not None)
-                reason = None if configs else pair[0]["reason"]
-                shapes = tuple(worker_shapes(model.is_moe, ss.gpu_budget, backend))
-                spaces.append(BackendSpace(mode, backend, version, configs, shapes, reason, {}, precs))  # type: ignore[arg-type]
-        return cls(config, model, system, max_seq_len(ss.model_name, ss.context_length), pins, tuple(spaces))
+        for mode, backend, sku in _triples(config):
+            triple = by_triple[(mode, backend, sku)]
+            version = triple[0]["backend_version"]
+            precs, dropped = _runnable(config, backend, version, mode, systems[sku])
+            if pins:
+                reasons = {ParallelConfig.from_dict(mode, json.loads(r["parallel_config"])): r["reason"]  # type: ignore[arg-type]
+                           for r in triple}
+                spaces.append(_pinned_space(mode, backend, sku, version, dropped, reasons, precs))  # type: ignore[arg-type]
+                continue
+            if dropped is not None:
+                spaces.append(BackendSpace(mode, backend, sku, version, (), (), dropped))  # type: ignore[arg-type]
+                continue
+            configs = tuple(ParallelConfig.from_dict(mode, json.loads(r["parallel_config"]))  # type: ignore[arg-type]
+                            for r in triple if r["parallel_config"] is not None)
+            reason = None if configs else triple[0]["reason"]
+            shapes = tuple(worker_shapes(model.is_moe, ss.gpu_budget, backend))
+            spaces.append(BackendSpace(mode, backend, sku, version, configs, shapes, reason, {}, precs))  # type: ignore[arg-type]
+        return cls(config, model, systems, max_seq_len(ss.model_name, ss.context_length), pins, tuple(spaces))
+
+
+def _triples(config: SmartSearchConfig) -> list[tuple[str, str, str]]:
+    """Every (mode, backend, GPU type) the config may deploy, in its order."""
+    ss = config.search_space
+    return [(mode, backend, sku) for mode in ss.deployment_mode for backend in ss.backend
+            for sku in dict.fromkeys(s for skus in ss.role_skus(mode).values() for s in skus)]
 
 
 def legal_space(config: SmartSearchConfig) -> LegalSpace:
@@ -213,29 +227,28 @@ def legal_space(config: SmartSearchConfig) -> LegalSpace:
     """
     ss = config.search_space
     model = model_facts(ss.model_name)
-    system = system_facts(ss.hardware_sku)
+    systems = {sku: system_facts(sku) for sku in ss.skus}
     seq = max_seq_len(ss.model_name, ss.context_length)
     pins = pinned_configs(config)
     spaces: list[BackendSpace] = []
-    for mode in ss.deployment_mode:
-        for backend in ss.backend:
-            version = system.backend_versions.get(backend)
-            precs, dropped = _runnable(config, backend, version, mode, system)
-            if pins:
-                reasons = {pc: (dropped or config_rejection(pc, model.is_moe, backend, ss.gpu_budget,
-                                                            ss.min_gpu_budget) or "") for pc in pins}
-                spaces.append(_pinned_space(mode, backend, version, dropped, reasons, precs))  # type: ignore[arg-type]
-                continue
-            if dropped is not None:
-                spaces.append(BackendSpace(mode, backend, version, (), (), dropped))  # type: ignore[arg-type]
-                continue
-            shapes_l = worker_shapes(model.is_moe, ss.gpu_budget, backend)
-            configs = configs_from_shapes(mode, shapes_l, ss.gpu_budget, ss.min_gpu_budget)  # type: ignore[arg-type]
-            if not configs:
-                dropped = (f"no legal {mode} parallel config within gpu_budget {ss.gpu_budget}"
-                           + (f" and min_gpu_budget {ss.min_gpu_budget}" if ss.min_gpu_budget else ""))
-            spaces.append(BackendSpace(mode, backend, version, tuple(configs), tuple(shapes_l), dropped, {}, precs))  # type: ignore[arg-type]
-    space = LegalSpace(config, model, system, seq, pins, tuple(spaces))
+    for mode, backend, sku in _triples(config):
+        version = systems[sku].backend_versions.get(backend)
+        precs, dropped = _runnable(config, backend, version, mode, systems[sku])
+        if pins:
+            reasons = {pc: (dropped or config_rejection(pc, model.is_moe, backend, ss.gpu_budget,
+                                                        ss.min_gpu_budget) or "") for pc in pins}
+            spaces.append(_pinned_space(mode, backend, sku, version, dropped, reasons, precs))  # type: ignore[arg-type]
+            continue
+        if dropped is not None:
+            spaces.append(BackendSpace(mode, backend, sku, version, (), (), dropped))  # type: ignore[arg-type]
+            continue
+        shapes_l = worker_shapes(model.is_moe, ss.gpu_budget, backend)
+        configs = configs_from_shapes(mode, shapes_l, ss.gpu_budget, ss.min_gpu_budget)  # type: ignore[arg-type]
+        if not configs:
+            dropped = (f"no legal {mode} parallel config within gpu_budget {ss.gpu_budget}"
+                       + (f" and min_gpu_budget {ss.min_gpu_budget}" if ss.min_gpu_budget else ""))
+        spaces.append(BackendSpace(mode, backend, sku, version, tuple(configs), tuple(shapes_l), dropped, {}, precs))  # type: ignore[arg-type]
+    space = LegalSpace(config, model, systems, seq, pins, tuple(spaces))
     for pc in pins:
         if all(sp.pin_reasons.get(pc) for sp in space.spaces):
             raise NoViableParallelConfigError(_pin_error(pc, space.spaces))
@@ -243,8 +256,10 @@ def legal_space(config: SmartSearchConfig) -> LegalSpace:
 
 
 def _pin_error(pc: ParallelConfig, spaces: Sequence[BackendSpace], kv: Mapping[str, str] | None = None) -> str:
-    parts = [f"{sp.backend}: {(kv or {}).get(sp.backend) or sp.pin_reasons.get(pc) or sp.dropped_reason}"
-             for sp in spaces]
+    several = len({sp.sku for sp in spaces}) > 1
+    parts = [f"{sp.backend}{f' on {sp.sku}' if several else ''}: "
+             f"{(kv or {}).get(sp.backend) or sp.pin_reasons.get(pc) or sp.dropped_reason}" for sp in spaces]
+    parts = list(dict.fromkeys(parts))
     return (f"pinned parallel config {config_json(pc)} is legal for no backend — " + "; ".join(parts)
             + ". Fix or remove the entry (see `spica space` with parallel_configs: [] for legal ones).")
 
@@ -254,14 +269,28 @@ def _pin_error(pc: ParallelConfig, spaces: Sequence[BackendSpace], kv: Mapping[s
 
 @dataclass(frozen=True, order=True)
 class Variant:
-    """A backend at a precision: what a parallel config runs on (KV feasibility depends on both)."""
+    """A backend at a precision on GPU types: what a parallel config runs on (KV feasibility depends on all).
+
+    ``hardware`` is each role's GPU type as its selection field: ``(("hardware_sku", "h200_sxm"),)`` for agg,
+    ``(("prefill_hardware_sku", …), ("decode_hardware_sku", …))`` for disagg.
+    """
 
     backend: str
     precision: Precision
+    hardware: tuple[tuple[str, str], ...]
+
+    def fields(self) -> dict[str, str]:
+        """The variant as the selection's knob values."""
+        return {"backend": self.backend, **self.precision.fields(), **dict(self.hardware)}
+
+    @property
+    def skus(self) -> tuple[str, ...]:
+        return tuple(sku for _, sku in self.hardware)
 
 
 # The knobs a Variant is made of: chosen together with the parallel config, never on their own.
-VARIANT_KNOBS: tuple[str, ...] = ("backend", "quantization", "kv_cache_dtype")
+SKU_KNOBS: tuple[str, ...] = ("hardware_sku", "prefill_hardware_sku", "decode_hardware_sku")
+VARIANT_KNOBS: tuple[str, ...] = ("backend", "quantization", "kv_cache_dtype", *SKU_KNOBS)
 
 
 @dataclass(frozen=True)
@@ -289,11 +318,10 @@ class Branch:
 
     @property
     def variants(self) -> tuple[Variant, ...]:
-        """Every (backend, precision) some config runs on, backend-major in configured order."""
+        """Every variant some config runs on, backend-major, each knob in its configured order."""
         present = {v for vs in self.supported.values() for v in vs}
-        return tuple(sorted(present, key=lambda v: (self.backends.index(v.backend),
-                                                    self.knob_choices["quantization"].index(v.precision.quantization),
-                                                    self.knob_choices["kv_cache_dtype"].index(v.precision.kv_cache_dtype))))
+        return tuple(sorted(present, key=lambda v: tuple(self.knob_choices[k].index(value)
+                                                         for k, value in v.fields().items())))
 
     def runs(self, variant: Variant, config: ParallelConfig) -> bool:
         return variant in self.supported.get(config, ())
@@ -335,9 +363,10 @@ class Branch:
         out: dict[str, Any] = {}
         for b in self.backends:
             cfgs = self.configs_for(b)
-            precs = [v.precision.label() for v in self.variants if v.backend == b]
+            mine = [v for v in self.variants if v.backend == b]
             out[b] = {"num_configs": len(cfgs), "strategies": strategies(cfgs), "engine_sizes": engine_sizes(cfgs),
-                      "precisions": precs}
+                      "precisions": list(dict.fromkeys(v.precision.label() for v in mine)),
+                      "hardware": list(dict.fromkeys("+".join(v.skus) for v in mine))}
         return out
 
 
@@ -359,7 +388,7 @@ class BranchSet:
     warnings: tuple[str, ...]
     shape_records: tuple[ShapeKV, ...]
     model: ModelFacts
-    system: SystemFacts
+    systems: Mapping[str, SystemFacts]
     max_seq_len: int
     legal: LegalSpace
 
@@ -373,11 +402,11 @@ class BranchSet:
         return [r.row() for r in self.shape_records]
 
 
-ShapeKey = tuple[str, Precision, Shape]   # (backend, precision, worker shape)
+ShapeKey = tuple[str, str, Precision, Shape]   # (GPU type, backend, precision, worker shape)
 
 
 def estimate_shapes(space: LegalSpace) -> dict[ShapeKey, ShapeKV]:
-    """The KV estimate of every distinct (backend, precision, shape) of a runnable (mode, backend) pair."""
+    """The KV estimate of every distinct (GPU type, backend, precision, shape) of a runnable triple."""
     ss = space.config.search_space
     records: dict[ShapeKey, ShapeKV] = {}
     for sp in space.spaces:
@@ -385,71 +414,129 @@ def estimate_shapes(space: LegalSpace) -> dict[ShapeKey, ShapeKV]:
             continue
         for precision in sp.precisions:
             for shape in sp.shapes:
-                if (sp.backend, precision, shape) not in records:
-                    records[(sp.backend, precision, shape)] = shape_kv(ss.model_name, ss.hardware_sku, sp.backend,
-                                                                       shape, space.max_seq_len, precision)
+                if (sp.sku, sp.backend, precision, shape) not in records:
+                    records[(sp.sku, sp.backend, precision, shape)] = shape_kv(
+                        ss.model_name, sp.sku, sp.backend, shape, space.max_seq_len, precision)
     return records
 
 
-def ordered_records(records: Mapping[ShapeKey, ShapeKV], backend_order: Sequence[str]) -> list[ShapeKV]:
-    """Records in a stable order: configured backend order, then engine size, shape key and precision."""
-    return sorted(records.values(),
-                  key=lambda r: (list(backend_order).index(r.backend), r.shape.gpus, r.shape.sort_key(), r.precision))
+def ordered_records(records: Mapping[ShapeKey, ShapeKV], ss: SearchSpace) -> list[ShapeKV]:
+    """Records in a stable order: the configured GPU type and backend orders, then engine size, shape key and
+    precision."""
+    return sorted(records.values(), key=lambda r: (ss.skus.index(r.hardware_sku), ss.backend.index(r.backend),
+                                                   r.shape.gpus, r.shape.sort_key(), r.precision))
 
 
 def records_from_rows(rows: Sequence[Mapping[str, Any]]) -> dict[ShapeKey, ShapeKV]:
     """The KV records ``shapes.parquet`` holds, keyed like :func:`estimate_shapes`."""
-    return {(r.backend, r.precision, r.shape): r for r in map(ShapeKV.from_row, rows)}
+    return {(r.hardware_sku, r.backend, r.precision, r.shape): r for r in map(ShapeKV.from_row, rows)}
+
+
+def over_inventory(config: ParallelConfig, skus: Sequence[str], inventory: Mapping[str, int] | None
+                   ) -> dict[str, int]:
+    """The GPU types a config on ``skus`` (one per role) needs more of than ``gpu_inventory`` has: type → GPUs."""
+    need: dict[str, int] = {}
+    for rc, sku in zip(config.roles.values(), skus):
+        need[sku] = need.get(sku, 0) + rc.gpus
+    return {sku: n for sku, n in need.items() if n > (inventory or {}).get(sku, n)}
+
+
+def _hardware_combos(config: SmartSearchConfig, mode: str) -> list[tuple[tuple[str, str], ...]]:
+    """Every assignment of GPU types to the mode's roles, as a Variant's ``hardware``."""
+    role_skus = config.search_space.role_skus(mode)
+    roles = roles_of(mode)
+    return [tuple((sku_field(mode, r), sku) for r, sku in zip(roles, combo))
+            for combo in itertools.product(*(role_skus[r] for r in roles))]
 
 
 def kv_filter(space: LegalSpace, records: Mapping[ShapeKey, ShapeKV] | None = None) -> BranchSet:
-    """Stage 2: KV-filter every legal config, drop empty backends and modes, build the branches.
+    """Stage 2: KV-filter every legal config, each role on its GPU type and within ``gpu_inventory``; drop empty
+    backends and modes, build the branches.
 
     ``records`` (from :func:`estimate_shapes`, or read back with :func:`records_from_rows`) may be passed
     to avoid estimating again. Raises NoViableParallelConfigError when a pin is feasible for no backend
-    or no mode survives.
+    or no mode survives, ConfigError (naming ``gpu_inventory``) when only the inventory stood in the way.
     """
     config = space.config
     ss = config.search_space
     if records is None:
         records = estimate_shapes(space)
+    inventory = ss.gpu_inventory
 
     dropped: list[Dropped] = []
     warnings: list[str] = []
     branches: list[Branch] = []
     pin_kv_reasons: dict[ParallelConfig, dict[str, str]] = {pc: {} for pc in space.pins}
+    inventory_misses: list[str] = []
     for mode in ss.deployment_mode:
         per_backend: dict[str, dict[ParallelConfig, list[Variant]]] = {}
-        for sp in (s for s in space.spaces if s.mode == mode):
-            if sp.dropped_reason is not None:
-                dropped.append(Dropped(mode, sp.backend, sp.dropped_reason))
-                continue
+        for backend in ss.backend:
+            by_sku = {sp.sku: sp for sp in space.spaces if sp.mode == mode and sp.backend == backend}
+            for sp in by_sku.values():
+                if sp.dropped_reason is not None:
+                    dropped.append(Dropped(mode, backend, sp.dropped_reason, sp.sku))
             kept: dict[ParallelConfig, list[Variant]] = {}
-            for precision in sp.precisions:
-                kv = {s: records[(sp.backend, precision, s)] for s in sp.shapes}
-                tag = f" at {precision.label()}" if len(sp.precisions) > 1 else ""
-                for pc in sp.configs:
-                    bad = [(role, kv[rc.shape]) for role, rc in pc.roles.items() if not kv[rc.shape].feasible]
-                    if not bad:
-                        kept.setdefault(pc, []).append(Variant(sp.backend, precision))
-                    elif pc in pin_kv_reasons:
-                        why = "; ".join(f"{role} {r.shape.strategy.upper()}{r.shape.gpus} not KV-feasible{tag} "
-                                        f"({r.reason})" for role, r in bad)
-                        pin_kv_reasons[pc][sp.backend] = "; ".join(filter(None, (pin_kv_reasons[pc].get(sp.backend),
-                                                                                 why)))
+            reasons: list[str] = []
+            for hardware in _hardware_combos(config, mode):
+                skus = tuple(sku for _, sku in hardware)
+                label = "+".join(skus)
+                if any(by_sku[sku].dropped_reason is not None for sku in skus):
+                    continue
+                versions = {by_sku[sku].version for sku in skus}
+                if len(versions) > 1:
+                    why = (f"aiconfigurator-core's {backend} data on {' and '.join(skus)} are of different engine "
+                           f"versions ({', '.join(sorted(str(v) for v in versions))}); one deployment runs one")
+                    dropped.append(Dropped(mode, backend, why, label))
+                    reasons.append(f"{label}: {why}")
+                    continue
+                first = by_sku[skus[0]]
+                precs = [p for p in first.precisions if all(p in by_sku[sku].precisions for sku in skus)]
+                found = False
+                for precision in precs:
+                    tag = f" at {precision.label()}" if len(precs) > 1 else ""
+                    for pc in first.configs:
+                        on = dict(zip(pc.roles, skus))
+                        bad = [(role, records[(on[role], backend, precision, rc.shape)])
+                               for role, rc in pc.roles.items()
+                               if not records[(on[role], backend, precision, rc.shape)].feasible]
+                        over = over_inventory(pc, skus, inventory) if not bad else {}
+                        if not bad and not over:
+                            kept.setdefault(pc, []).append(Variant(backend, precision, hardware))
+                            found = True
+                        elif over:
+                            inventory_misses.append(f"{mode} {pc.label()} on {label} needs "
+                                                    + ", ".join(f"{n} × {sku}" for sku, n in over.items()))
+                        if (bad or over) and pc in pin_kv_reasons:
+                            where = f" on {label}" if len(ss.skus) > 1 else ""
+                            whys = [f"{role} {r.shape.strategy.upper()}{r.shape.gpus} not KV-feasible{tag}{where} "
+                                    f"({r.reason})" for role, r in bad]
+                            if over:
+                                whys.append(f"over gpu_inventory{where}: needs "
+                                            + ", ".join(f"{n} × {sku}" for sku, n in over.items()))
+                            pin_kv_reasons[pc][backend] = "; ".join(filter(None, (pin_kv_reasons[pc].get(backend),
+                                                                                  *whys)))
+                if not found:
+                    if space.pins:
+                        why = "no pinned parallel config is KV-feasible for this backend"
+                    else:
+                        shapes = [records[(sku, backend, p, s)] for sku in dict.fromkeys(skus) for p in precs
+                                  for s in first.shapes]
+                        why = no_viable_message(ss.model_name, label, ss.gpu_budget, mode, backend, shapes,
+                                                ss.min_gpu_budget, inventory)
+                    reasons.append(why)
+                    if len(ss.skus) > 1:
+                        dropped.append(Dropped(mode, backend, why, label))
             if not kept:
-                if space.pins:
-                    reason = "no pinned parallel config is KV-feasible for this backend"
-                else:
-                    shapes = [records[(sp.backend, p, s)] for p in sp.precisions for s in sp.shapes]
-                    reason = no_viable_message(ss.model_name, ss.hardware_sku, ss.gpu_budget, mode, sp.backend,
-                                               shapes, ss.min_gpu_budget)
-                dropped.append(Dropped(mode, sp.backend, reason))
+                if by_sku and all(sp.dropped_reason is not None for sp in by_sku.values()):
+                    continue  # recorded per GPU type above
+                dropped.append(Dropped(mode, backend, "; ".join(dict.fromkeys(reasons))))
                 continue
-            per_backend[sp.backend] = {pc: kept[pc] for pc in sp.configs if pc in kept}
+            pool_order = next(sp.configs for sp in by_sku.values() if sp.dropped_reason is None)
+            per_backend[backend] = {pc: kept[pc] for pc in pool_order if pc in kept}
         viable = [b for b in ss.backend if b in per_backend]
         if not viable:
-            why = "; ".join(f"{d.backend}: {d.reason}" for d in dropped if d.mode == mode)
+            why = "; ".join(f"{d.backend}{f' on {d.hardware_sku}' if d.hardware_sku else ''}: {d.reason}"
+                            for d in dropped if d.mode == mode)
             msg = f"deployment mode {mode} skipped: no viable backend ({why})"
             warnings.append(msg)
             log.warning(msg)
@@ -458,24 +545,35 @@ def kv_filter(space: LegalSpace, records: Mapping[ShapeKey, ShapeKV] | None = No
         pool = sort_configs(c for b in viable for c in per_backend[b])
         supported = {c: tuple(v for b in viable for v in per_backend[b].get(c, ())) for c in pool}
         knobs, ranges = branch_knob_choices(config, mode, viable)
-        present = sorted({v.precision for vs in supported.values() for v in vs}, key=config_precisions(config).index)
+        present = [v for vs in supported.values() for v in vs]
+        precs = sorted({v.precision for v in present}, key=config_precisions(config).index)
+        role_skus = ss.role_skus(mode)
+        hardware = {sku_field(mode, r): [s for s in role_skus[r] if any((sku_field(mode, r), s) in v.hardware
+                                                                        for v in present)]
+                    for r in roles_of(mode)}
         knobs = {"backend": knobs.pop("backend"),
-                 "quantization": list(dict.fromkeys(p.quantization for p in present)),
-                 "kv_cache_dtype": list(dict.fromkeys(p.kv_cache_dtype for p in present)), **knobs}
+                 "quantization": list(dict.fromkeys(p.quantization for p in precs)),
+                 "kv_cache_dtype": list(dict.fromkeys(p.kv_cache_dtype for p in precs)), **hardware, **knobs}
         branches.append(Branch(mode, tuple(viable), tuple(pool), supported, knobs, ranges,  # type: ignore[arg-type]
                                ss.gpu_budget, pinned=bool(space.pins)))
 
+    if inventory_misses and not branches:
+        raise ConfigError("config", [Issue("search_space.gpu_inventory", "holds no deployment the search could try: "
+                                           + "; ".join(dict.fromkeys(inventory_misses[:6]))
+                                           + ("; …" if len(inventory_misses) > 6 else "")
+                                           + ". Raise the inventory or allow another GPU type", inventory, True)])
     for pc in space.pins:
         legal_somewhere = any(pc in b.supported for b in branches)
         if not legal_somewhere:
             raise NoViableParallelConfigError(_pin_error(pc, space.spaces, pin_kv_reasons[pc]))
     if not branches:
-        why = "; ".join(f"{d.mode}/{d.backend}: {d.reason}" for d in dropped if d.backend is not None)
+        why = "; ".join(f"{d.mode}/{d.backend}{f' on {d.hardware_sku}' if d.hardware_sku else ''}: {d.reason}"
+                        for d in dropped if d.backend is not None)
         raise NoViableParallelConfigError(f"no deployment mode is viable for {ss.model_name} on {ss.gpu_budget} × "
-                                          f"{ss.hardware_sku}: {why}")
-    shape_records = tuple(ordered_records(records, ss.backend))
+                                          f"{' or '.join(ss.skus)}: {why}")
+    shape_records = tuple(ordered_records(records, ss))
     return BranchSet(tuple(branches), tuple(dropped), tuple(warnings), shape_records,
-                     space.model, space.system, space.max_seq_len, space)
+                     space.model, space.systems, space.max_seq_len, space)
 
 
 def enumerate_branches(config: SmartSearchConfig) -> BranchSet:
@@ -484,7 +582,7 @@ def enumerate_branches(config: SmartSearchConfig) -> BranchSet:
 
 
 __all__ = [
-    "Branch", "BranchSet", "BackendSpace", "Variant", "VARIANT_KNOBS", "ShapeKey", "config_precisions", "LegalSpace", "Dropped", "legal_space", "kv_filter", "estimate_shapes",
+    "Branch", "BranchSet", "BackendSpace", "Variant", "VARIANT_KNOBS", "SKU_KNOBS", "ShapeKey", "over_inventory", "config_precisions", "LegalSpace", "Dropped", "legal_space", "kv_filter", "estimate_shapes",
     "ordered_records", "records_from_rows",
     "enumerate_branches", "pinned_configs", "config_json", "config_strategy",
     "engine_sizes", "TRTLLM_DISAGG_REASON", "NO_LEGAL_PIN_REASON",

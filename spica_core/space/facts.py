@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 from spica_core.errors import NoPerfDatabaseError, UnknownModelError, UnknownSystemError
@@ -156,6 +157,7 @@ class SystemFacts:
     gpus_per_node: int
     backend_versions: dict[str, str]  # backend -> latest perf-DB version with data
     power_w: float                    # the GPU's board power (the system file's gpu.power), W
+    inter_node_gbps: float            # per-GPU bandwidth off the node (the system file's node.inter_node_bw), GB/s
 
     def __hash__(self) -> int:  # dict field: hash by name (facts are a function of the name)
         return hash(self.name)
@@ -216,6 +218,7 @@ def _read_system_facts(sku: str) -> SystemFacts:
         gpus_per_node=int(spec["node"]["num_gpus_per_node"]),
         backend_versions=versions,
         power_w=float(spec["gpu"].get("power") or 0.0),
+        inter_node_gbps=float(spec["node"]["inter_node_bw"]) / 1e9,
     )
 
 
@@ -232,7 +235,18 @@ def backend_version(sku: str, backend: str) -> str:
         ) from None
 
 
+def shared_backend_version(skus: Iterable[str], backend: str) -> str:
+    """The one perf-DB version of ``backend`` on every GPU type a deployment runs on (one deployment runs one
+    engine version); NoPerfDatabaseError when their data are of different versions."""
+    versions = {sku: backend_version(sku, backend) for sku in dict.fromkeys(skus)}
+    if len(set(versions.values())) > 1:
+        raise NoPerfDatabaseError(f"aiconfigurator-core's {backend} data are of different engine versions on "
+                                  + ", ".join(f"{sku} ({v})" for sku, v in versions.items())
+                                  + "; one deployment runs one")
+    return next(iter(versions.values()))
+
+
 __all__ = [
-    "ModelFacts", "SystemFacts", "aic_version", "backend_version", "bundled_models", "cache_dir", "is_local_model",
+    "ModelFacts", "SystemFacts", "aic_version", "backend_version", "shared_backend_version", "bundled_models", "cache_dir", "is_local_model",
     "known_systems", "model_facts", "quiet_aic", "system_facts",
 ]

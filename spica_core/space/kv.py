@@ -142,8 +142,9 @@ def kv_tokens_per_rank(model_name: str, sku: str, backend: str, shape: Shape, **
 
 @dataclass(frozen=True)
 class ShapeKV:
-    """One shape's KV verdict for one backend and precision (a row of ``shapes.parquet``)."""
+    """One shape's KV verdict for one GPU type, backend and precision (a row of ``shapes.parquet``)."""
 
+    hardware_sku: str
     backend: str
     backend_version: str
     shape: Shape
@@ -157,7 +158,7 @@ class ShapeKV:
     def row(self) -> dict[str, Any]:
         s = self.shape
         return {
-            "backend": self.backend, "backend_version": self.backend_version,
+            "hardware_sku": self.hardware_sku, "backend": self.backend, "backend_version": self.backend_version,
             "shape": f"{s.strategy.upper()}{s.gpus}", "tp": s.tp, "attention_dp": s.attention_dp,
             "moe_tp": s.moe_tp, "moe_ep": s.moe_ep, "pp": s.pp, "gpus": s.gpus, "strategy": s.strategy,
             "quantization": self.precision.quantization, "kv_cache_dtype": self.precision.kv_cache_dtype,
@@ -171,7 +172,7 @@ class ShapeKV:
         shape = Shape(int(row["tp"]), int(row["attention_dp"]), int(row["moe_tp"]), int(row["moe_ep"]), int(row["pp"]))
         precision = Precision(row["quantization"], row["kv_cache_dtype"], bool(row["native_precision"]))
         weights = row["weight_bytes_per_gpu"]
-        return cls(row["backend"], row["backend_version"], shape, row["kv_tokens_per_rank"], int(row["max_seq_len"]),
+        return cls(row["hardware_sku"], row["backend"], row["backend_version"], shape, row["kv_tokens_per_rank"], int(row["max_seq_len"]),
                    bool(row["feasible"]), row["reason"], precision, None if weights is None else int(weights))
 
 
@@ -194,16 +195,19 @@ def shape_kv(model_name: str, sku: str, backend: str, shape: Shape, seq_len: int
     else:
         reason = f"KV holds {tokens} tokens per rank, not more than max_seq_len {seq_len}"
         ok = False
-    return ShapeKV(backend, version, shape, tokens, seq_len, ok, reason, precision, weights)
+    return ShapeKV(sku, backend, version, shape, tokens, seq_len, ok, reason, precision, weights)
 
 
 def no_viable_message(model_name: str, sku: str, gpu_budget: int, mode: str, backend: str,
-                      records: Sequence[ShapeKV], min_gpu_budget: int | None = None) -> str:
+                      records: Sequence[ShapeKV], min_gpu_budget: int | None = None,
+                      inventory: Mapping[str, int] | None = None) -> str:
     """A message that says what was tried and why each shape failed, so the user knows what to change."""
-    head = f"no {mode} parallel config of {model_name} on {gpu_budget} × {sku} is viable for {backend}"
+    several = len({r.hardware_sku for r in records}) > 1
+    within = f" within gpu_inventory {dict(inventory)}" if inventory else ""
+    head = f"no {mode} parallel config of {model_name} on {gpu_budget} × {sku}{within} is viable for {backend}"
     if not records:
         return f"{head}: no legal worker shape fits the budget"
-    shown = "; ".join(f"{r.shape.strategy.upper()}{r.shape.gpus}: "
+    shown = "; ".join(f"{r.shape.strategy.upper()}{r.shape.gpus}{f' on {r.hardware_sku}' if several else ''}: "
                       f"{r.reason or f'feasible ({r.kv_tokens_per_rank} tokens) but no replica count fits'}"
                       for r in records)
     hint = " (raise gpu_budget, lower context_length, or pick a larger GPU)"

@@ -157,7 +157,8 @@ def precision_problem(model_name: str, sku: str, backend: str, version: str, qua
 
 
 def check_quantization(config: Any, source: str) -> None:
-    """Every pinned quantization must run on at least one configured backend; ConfigError names the field.
+    """Every pinned quantization must run on at least one configured backend and GPU type; ConfigError names
+    the field.
 
     ``config`` is a SmartSearchConfig. A value that runs on some backends only narrows those to the others
     (the branches stage records why).
@@ -168,15 +169,15 @@ def check_quantization(config: Any, source: str) -> None:
     ss = config.search_space
     if not ss.quantization:
         return
-    versions = system_facts(ss.hardware_sku).backend_versions
     issues: list[Issue] = []
     for i, quant in enumerate(ss.quantization):
-        problems = {b: precision_problem(ss.model_name, ss.hardware_sku, b, versions[b], quant)
-                    for b in ss.backend if b in versions}
+        problems = {f"{b} on {sku}": precision_problem(ss.model_name, sku, b, version, quant)
+                    for sku in ss.skus for b in ss.backend
+                    if (version := system_facts(sku).backend_versions.get(b)) is not None}
         if problems and all(problems.values()):
-            why = "; ".join(f"{b}: {p}" for b, p in problems.items())
+            why = "; ".join(f"{where}: {p}" for where, p in problems.items())
             issues.append(Issue(f"search_space.quantization[{i}]", f"cannot run {ss.model_name} on "
-                                f"{ss.hardware_sku} — {why}", quant, True))
+                                f"{', '.join(ss.skus)} — {why}", quant, True))
     if issues:
         raise ConfigError(source, issues)
 
