@@ -12,13 +12,14 @@ from spica_core.emit.outputs import MANIFESTS_DIR
 
 
 def emit_command(run_dir: str, top: int, all_: bool, out: str | None, image: str | None,
-                 namespace: str | None, model_cache_pvc: str | None) -> int:
+                 namespace: str | None, model_cache_pvc: str | None,
+                 gpu_product_labels: tuple[tuple[str, str], ...] = ()) -> int:
     run = FinishedRun.open(run_dir)
     if not run.records:
         print(f"error: {nothing_feasible(run)}")
         return EXIT_NO_RESULT
     options = EmitOptions.for_goal(run.config.goal, top, all_, image=image, namespace=namespace,
-                                   model_cache_pvc=model_cache_pvc)
+                                   model_cache_pvc=model_cache_pvc, gpu_product_labels=gpu_product_labels)
     folder = Path(out) if out else run.run_dir.path / MANIFESTS_DIR
     provenance = run.records[0].provenance
     written, refused = write_manifests(folder, run.records, options, provenance)

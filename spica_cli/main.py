@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from typing import Callable, Sequence
 
@@ -94,7 +95,7 @@ def cmd_emit(args: argparse.Namespace) -> int:
     from spica_cli.emit import emit_command
 
     return emit_command(args.run_dir, args.top, args.all, args.out, args.image, args.namespace,
-                        args.model_cache_pvc or None)
+                        args.model_cache_pvc or None, tuple(args.gpu_product_label))
 
 
 def _int_at_least(minimum: int, option: str = "") -> Callable[[str], int]:
@@ -188,7 +189,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--namespace", default=None, help="metadata.namespace of the manifests (default: none)")
     p.add_argument("--model-cache-pvc", default="model-cache",
                    help="PVC mounted on the workers as the model cache (default: model-cache; '' for none)")
+    p.add_argument("--gpu-product-label", action="append", default=[], metavar="SKU=VALUE", type=_product_label,
+                   help="the nvidia.com/gpu.product label value of a GPU type's nodes, for the workers' node "
+                        "selector (see `kubectl get nodes -L nvidia.com/gpu.product`; repeatable; default: "
+                        "the usual GPU feature discovery value, e.g. h200_sxm=NVIDIA-H200)")
     return parser
+
+
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
+
+
+def _product_label(text: str) -> tuple[str, str]:
+    """``SKU=VALUE`` with a valid Kubernetes label value."""
+    sku, sep, value = text.partition("=")
+    if not sep or not sku:
+        raise argparse.ArgumentTypeError(f"{text!r}: give SKU=VALUE, e.g. h200_sxm=NVIDIA-H200")
+    if not _LABEL_VALUE.match(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a Kubernetes label value (up to 63 letters, digits, "
+                                         "'-', '_' or '.', starting and ending with a letter or digit)")
+    return sku, value
 
 
 def _silence_stdout() -> None:

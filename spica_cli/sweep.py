@@ -51,17 +51,19 @@ def candidate_table(ranking: Sequence[Ranked], pareto: bool, objectives: Sequenc
             for r in shown]
     if pareto:
         lines.append(f"Pareto front: {len(ranking)} non-dominated candidate(s), sorted by {objectives[-1]}")
-        header = ["#", "mode", "backend", "parallel", "GPUs", "concurrency", *objectives, *verdict]
-        table = [[str(r.rank), row.mode, row.backend, row.parallel, str(row.gpus), _fmt(r.candidate.concurrency),
+        header = ["#", "mode", "backend", "GPU type", "parallel", "GPUs", "concurrency", *objectives, *verdict]
+        table = [[str(r.rank), row.mode, row.backend, row.gpu, row.parallel, str(row.gpus),
+                  _fmt(r.candidate.concurrency),
                   *(_fmt((r.objectives or {}).get(o)) for o in objectives), *([row.attainment or "—"] if sla else [])]
                  for r, row in zip(shown, rows)]
     else:
         lines.append(f"Top {min(TOP, len(ranking))} of {len(ranking)} candidate(s) (score: higher is better)")
         priced = any(row.priced for row in rows)
-        header = ["#", "score", *verdict, "mode", "backend", "parallel", "GPUs", "precision seqs/tokens router planner",
+        header = ["#", "score", *verdict, "mode", "backend", "GPU type", "parallel", "GPUs",
+                  "precision seqs/tokens router planner",
                   "tok/s", "TTFT ms", "TPOT ms", *(["USD/Mtok"] if priced else [])]
         table = [[rank_label(r), _fmt(r.score), *([row.attainment or "—"] if sla else []), row.mode, row.backend,
-                  row.parallel, str(row.gpus), row.knobs, _fmt(row.throughput_tok_s), _fmt(row.ttft_ms),
+                  row.gpu, row.parallel, str(row.gpus), row.knobs, _fmt(row.throughput_tok_s), _fmt(row.ttft_ms),
                   _fmt(row.tpot_ms), *([_fmt(row.cost_per_mtok)] if priced else [])]
                  for r, row in zip(shown, rows)]
     widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h) for i, h in enumerate(header)]

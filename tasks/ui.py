@@ -67,6 +67,7 @@ def ui_row(config: SmartSearchConfig, rank: int | None, trial: Trial | RankedCan
         "round": trial.round + 1, "trial": trial.trial + 1,
         "mode": c.mode if c else trial.mode,
         "backend": c.backend if c else "",
+        "GPU type": c.gpu if c else "",
         "parallel": c.parallel if c else "",
         "GPUs": c.gpus if c else "",
         "batching / router / planner": c.knobs if c else "",
@@ -175,7 +176,7 @@ def publish_summary(run_id: str, config: SmartSearchConfig, records: Sequence[Ca
         sla = config.goal.sla
         headroom = w.headroom
         required = config.goal.required_attainment
-        lines += [f"## Winner: {row.mode} {row.backend} {row.parallel} ({row.gpus} GPUs)", "",
+        lines += [f"## Winner: {row.mode} {row.backend} {row.parallel} on {row.gpu} ({row.gpus} GPUs)", "",
                   f"- score: {_score_text(config, w.score)} ({config.goal.target.value})",
                   f"- SLA attainment: {row.attainment or '—'}"
                   + (f" — {percent(required)} required" if sla is not None and required > 0 else ""),

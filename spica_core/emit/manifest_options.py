@@ -4,8 +4,7 @@ The images default to the ai-dynamo 1.6.1 runtime of the candidate's backend in 
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -55,11 +54,11 @@ class ManifestOptions:
     ttft_ms: float | None = None
     itl_ms: float | None = None
     shared_memory_size: str | None = "64Gi"     # /dev/shm of workers that span more than one GPU
-    gpu_product_labels: Mapping[str, str] = field(default_factory=dict)
+    gpu_product_labels: tuple[tuple[str, str], ...] = ()   # (GPU type, label value) overrides
 
     def gpu_product(self, sku: str) -> str | None:
         """The ``nvidia.com/gpu.product`` value of a GPU type's nodes (None: not known)."""
-        return self.gpu_product_labels.get(sku) or GPU_PRODUCTS.get(sku)
+        return dict(self.gpu_product_labels).get(sku) or GPU_PRODUCTS.get(sku)
 
     @classmethod
     def for_goal(cls, goal: OptimizationGoal, **kwargs: Any) -> ManifestOptions:

@@ -97,7 +97,7 @@ def _candidates_table(inputs: ReportInputs, goal: _Goal) -> list[str]:
     sla = inputs.config.goal.sla is not None
     priced = bool(inputs.config.goal.gpu_hour_usd)
     energy = any("energy_j_per_token" in r.metrics for r in inputs.records)
-    header = ["rank", "mode", "backend", "parallel", "strategy", "GPUs", "precision / batching / router / planner",
+    header = ["rank", "mode", "backend", "GPU type", "parallel", "strategy", "GPUs", "precision / batching / router / planner",
               *value_cols, *(["SLA attainment"] if sla else []), "throughput", "TTFT mean (band)", "ITL mean (band)",
               *(["cost (USD/Mtok)"] if priced else []), *(["energy (J/token)"] if energy else []), "manifest"]
     rows = []
@@ -112,7 +112,7 @@ def _candidates_table(inputs: ReportInputs, goal: _Goal) -> list[str]:
                           if "plain_score" in r.metrics else "—")
         link = inputs.manifests.get(r.rank)
         manifest = f"[{link}]({link})" if link else ("emitted" if r.rank in emitted else "")
-        rows.append([rank_label(r), row.mode, row.backend, row.parallel, config_strategy(r.candidate.parallel),
+        rows.append([rank_label(r), row.mode, row.backend, row.gpu, row.parallel, config_strategy(r.candidate.parallel),
                      row.gpus, row.knobs, *values, *([row.attainment or "—"] if sla else []),
                      fmt(row.throughput_tok_s, "tok/s"), _with_band(row.ttft_ms, row.ttft_band),
                      _with_band(row.itl_ms, row.itl_band), *([fmt(row.cost_per_mtok)] if priced else []),

@@ -17,6 +17,7 @@ class CandidateRow:
 
     mode: str
     backend: str
+    gpu: str                         # the GPU type, or "<prefill>+<decode>" types when they differ
     parallel: str                    # replicas × shape per role, e.g. "1×TP4 + 2×TP2"
     gpus: int
     knobs: str                       # precision, batching, router, planner
@@ -38,7 +39,8 @@ def candidate_row(candidate: Candidate, used_gpus: int, metrics: Mapping[str, fl
     m = derived_metrics(metrics)
     bands = bands or {}
     return CandidateRow(
-        mode=candidate.mode, backend=candidate.backend, parallel=candidate.parallel.label(), gpus=used_gpus,
+        mode=candidate.mode, backend=candidate.backend, gpu=candidate.system, parallel=candidate.parallel.label(),
+        gpus=used_gpus,
         knobs=candidate.knobs_label(),
         attainment=None if attainment is None else attainment_text(attainment, meets_sla),
         throughput_tok_s=m.get("output_throughput_tok_s"), ttft_ms=m.get("mean_ttft_ms"),
