@@ -29,6 +29,10 @@ EXAMPLE_SUMMARIES: dict[str, dict[str, str]] = {
         "goal": "cost_per_mtok, SLA ttft_ms=2000.0, itl_ms=40.0 held by at least 90 % of requests (planner target 'sla')",
         "GPU prices": "h100_sxm 3 USD/GPU-hour, h200_sxm 4 USD/GPU-hour",
     },
+    "mixed_gpus.yaml": {
+        "GPU types": "agg h100_sxm or h200_sxm; prefill h100_sxm; decode h200_sxm (inventory 4 × h100_sxm, 8 × h200_sxm)",
+        "GPU prices": "h100_sxm 3 USD/GPU-hour, h200_sxm 4 USD/GPU-hour",
+    },
     "deepseek_v3_trace.yaml": {
         "branches": "disagg, agg (one Vizier study each); backends vllm",
         "GPU types": "h200_sxm",
