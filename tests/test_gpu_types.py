@@ -285,3 +285,13 @@ def test_a_thorough_cost_sweep_over_two_skus_ranks_by_the_formula(tmp_path: Path
         assert m["cost_per_mtok"] == pytest.approx(usd / tokens)
         costs.append(usd / tokens)
     assert costs == sorted(costs) and [c["rank"] for c in cands] == list(range(1, len(cands) + 1))
+
+
+def test_spica_evaluate_needs_one_type_per_role_within_the_inventory(tmp_path: Path, capsys: Any) -> None:
+    pin = {"deployment_mode": ["disagg"], "parallel_configs": [{"prefill": {"tp": 2}, "decode": {"tp": 4}}]}
+    two = write(tmp_path, {**pin, "hardware_sku": "h200_sxm", "prefill_hardware_sku": ["h100_sxm", "h200_sxm"]})
+    assert spica(["evaluate", str(two)]) == 2
+    assert "prefill_hardware_sku (2 values: ['h100_sxm', 'h200_sxm'])" in capsys.readouterr().err
+    capped = write(tmp_path, {**pin, "hardware_sku": "h200_sxm", "gpu_inventory": {"h200_sxm": 4}})
+    assert spica(["evaluate", str(capped)]) == 2
+    assert "search_space.gpu_inventory: the pinned deployment needs 6 × h200_sxm" in capsys.readouterr().err

@@ -296,9 +296,10 @@ def test_one_row_builder_feeds_the_cli_the_report_and_the_ui() -> None:
     import re
 
     cells = re.split(r"\s{2,}", candidate_table([record], False, ["goodput"], 0.9)[2].strip())
-    assert cells[2:8] == [row.attainment, row.mode, row.backend, row.parallel, str(row.gpus), row.knobs]
+    assert cells[2:9] == [row.attainment, row.mode, row.backend, row.gpu, row.parallel, str(row.gpus), row.knobs]
     assert cells[-1] == "11.50"
     report = render_markdown(replace(inputs, records=[record]), {})
-    assert f"| {row.mode} | {row.backend} | {row.parallel} |" in report
+    assert f"| {row.mode} | {row.backend} | {row.gpu} | {row.parallel} |" in report
     ui = ui_row(inputs.config, 1, record)
-    assert (ui["parallel"], ui["GPUs"], ui["batching / router / planner"]) == (row.parallel, row.gpus, row.knobs)
+    assert (ui["GPU type"], ui["parallel"], ui["GPUs"], ui["batching / router / planner"]) == (
+        row.gpu, row.parallel, row.gpus, row.knobs)

@@ -59,7 +59,7 @@ def test_summary_table_rows_and_tally() -> None:
     text = render_summary(summary(ranking=records, tally=Tally.of(trials)))
     lines = text.splitlines()
     assert lines[0] == "Top 2 of 2 candidate(s) (score: higher is better)"
-    assert lines[2].split()[:5] == ["1", "20.00", "disagg", "vllm", "1×TP1"]  # 4 significant digits (emit/numbers.py)
+    assert lines[2].split()[:6] == ["1", "20.00", "disagg", "vllm", "h200_sxm", "1×TP1"]  # 4 significant digits (emit/numbers.py)
     assert "A:256/8192 kv(1.0,4.0,0.0) load_180_5" in lines[3] and "1,234" in lines[3]
     assert "tally: 2 feasible of 3 attempts; 1 infeasible, 0 failed, 0 unsupported, 0 cache hits" in text
     assert "  1 × over budget" in text

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from spica_core.config.model import SmartSearchConfig
+from spica_core.config.search_space import sku_field
 from spica_core.errors import SpicaError
 from spica_core.evaluate.calibration import Calibration
 from spica_core.evaluate.evaluation import EvalRequest
@@ -29,6 +30,9 @@ def unpinned_knobs(config: SmartSearchConfig) -> list[str]:
                 multi.append(entry)
         for name in ranges:
             multi.append(f"workload.{name} (a range {config.workload.kv_load_ratio}; give one ratio)")
+        for role, skus in space.role_skus(mode).items():
+            if len(skus) > 1:
+                multi.append(f"{sku_field(mode, role)} ({len(skus)} values: {skus})")
     policies = space.planner_scaling_policy
     if len(policies) == 1 and scaling_flags(policies[0])[0] and len(space.load_predictor_candidates) > 1:
         multi.append(f"load_predictor_candidates ({len(space.load_predictor_candidates)} values: "
@@ -43,6 +47,7 @@ def pinned_request(config: SmartSearchConfig, base_dir: str | Path, calibration:
     have several values."""
     from spica_core.config.knobs import decode_composite
     from spica_core.deployment import Candidate
+    from spica_core.space import over_inventory
     from spica_core.space.parallel import ParallelConfig
 
     multi = unpinned_knobs(config)
@@ -57,6 +62,11 @@ def pinned_request(config: SmartSearchConfig, base_dir: str | Path, calibration:
     if flags["enable_throughput_scaling"]:
         predictor = {int(flags["throughput_adjustment_interval_seconds"]): space.load_predictor_candidates[0]}
     candidate = Candidate.unroll(space, {"deployment_mode": mode}, pc, predictor)
+    over = over_inventory(pc, [candidate.sku(role) for role in pc.roles], space.gpu_inventory)
+    if over:
+        raise SpicaError("search_space.gpu_inventory: the pinned deployment needs "
+                         + ", ".join(f"{n} × {sku}" for sku, n in over.items())
+                         + f", more than the inventory {dict(space.gpu_inventory or {})} holds")
     trace = config.trace_file(base_dir)
     return EvalRequest.from_config(config, candidate, trace_file=str(trace) if trace else None, eval_id=eval_id,
                                    calibration=calibration)

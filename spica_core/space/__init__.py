@@ -12,7 +12,7 @@ from spica_core.config.lazy import lazy_names
 _FROM: dict[str, str] = {
     **dict.fromkeys((
         "BackendSpace", "Branch", "BranchSet", "config_strategy", "Dropped", "enumerate_branches",
-        "estimate_shapes", "kv_filter", "legal_space", "LegalSpace", "pinned_configs", "Variant",
+        "estimate_shapes", "kv_filter", "legal_space", "LegalSpace", "over_inventory", "pinned_configs", "Variant",
         "VARIANT_KNOBS",
     ), "branches"),
     **dict.fromkeys(("config_rejection", "configs_from_shapes", "sort_configs", "worker_shapes"), "enumeration"),
@@ -40,7 +40,7 @@ __getattr__, __dir__ = lazy_names(__name__, _FROM)
 if TYPE_CHECKING:  # what type checkers and editors see
     from spica_core.space.branches import (
         BackendSpace, Branch, BranchSet, config_strategy, Dropped, enumerate_branches, estimate_shapes,
-        kv_filter, legal_space, LegalSpace, pinned_configs, Variant, VARIANT_KNOBS
+        kv_filter, legal_space, LegalSpace, over_inventory, pinned_configs, Variant, VARIANT_KNOBS
     )
     from spica_core.space.enumeration import config_rejection, configs_from_shapes, sort_configs, worker_shapes
     from spica_core.space.facts import (
@@ -67,5 +67,5 @@ __all__ = [
     "profile_path", "ProjectionRecord", "quiet_aic", "RoleConfig", "Shape", "shape_kv", "ShapeKV",
     "sort_configs", "step_engine", "StepTimes", "system_facts", "SystemFacts", "timing_model", "timing_shape",
     "Variant", "VARIANT_KNOBS", "worker_shapes", "bundled_models", "precision_problem", "WEIGHT_BITS",
-    "known_systems", "ops_power", "power_grid", "step_power", "shared_backend_version",
+    "known_systems", "ops_power", "power_grid", "step_power", "shared_backend_version", "over_inventory",
 ]
