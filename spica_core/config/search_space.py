@@ -295,11 +295,13 @@ class SearchSpace(_Model):
 
     def hardware_text(self) -> str:
         """The GPU types for people: ``h200_sxm``, ``h100_sxm or h200_sxm``, role lists when they differ."""
-        text = " or ".join(self.hardware_sku or [])
-        roles = [f"{name.split('_')[0]} {' or '.join(v)}" for name in ("prefill_hardware_sku", "decode_hardware_sku")
-                 if (v := getattr(self, name)) is not None]
-        if roles:
-            text = "; ".join(filter(None, [text and f"agg {text}" if "agg" in self.deployment_mode else "", *roles]))
+        own = {role: skus for role in ("prefill", "decode") if (skus := getattr(self, f"{role}_hardware_sku"))}
+        if not own:
+            text = " or ".join(self.hardware_sku or [])
+        else:
+            parts = [f"agg {' or '.join(self.hardware_sku)}"] if "agg" in self.deployment_mode and self.hardware_sku \
+                else []
+            text = "; ".join(parts + [f"{role} {' or '.join(skus)}" for role, skus in self.role_skus("disagg").items()])
         if self.gpu_inventory:
             text += " (inventory " + ", ".join(f"{n} × {sku}" for sku, n in self.gpu_inventory.items()) + ")"
         return text

@@ -205,13 +205,6 @@ class Candidate:
         deployment has no measured rows of its own, so it falls back to its backend's)."""
         return self.context.model_name, self.system, self.backend
 
-    def gpus_by_sku(self) -> dict[str, int]:
-        """GPUs the deployment uses per GPU type (at its initial replica counts)."""
-        out: dict[str, int] = {}
-        for role, rc in self.parallel.roles.items():
-            out[self.hardware[role]] = out.get(self.hardware[role], 0) + rc.gpus
-        return out
-
     def resolved(self, *, backend_version: str, concurrency: int | None = None,
                  kv_load: KVLoad | None = None) -> Candidate:
         """The candidate with what the evaluation resolves: perf-DB version, concurrency, KV load."""

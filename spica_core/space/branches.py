@@ -7,8 +7,9 @@ Two stages, each with its own artifact:
    Rows: ``branches.parquet``; :meth:`LegalSpace.from_rows` rebuilds the same space from them.
 2. :func:`kv_filter` — estimate KV per distinct (GPU type, backend, precision, shape), drop infeasible
    configs (each role on its own GPU type, within ``gpu_inventory``) and empty backends / modes, prune dead
-   knobs and build the :class:`Branch` objects the study uses. Rows: ``shapes.parquet``; :func:`records_from_rows` reads them back, so
-   a resumed run builds its branches without a single memory estimate.
+   knobs and build the :class:`Branch` objects the study uses. Rows: ``shapes.parquet``;
+   :func:`records_from_rows` reads them back, so a resumed run builds its branches without a single memory
+   estimate.
 
 :func:`enumerate_branches` runs both.
 """
@@ -582,7 +583,8 @@ def enumerate_branches(config: SmartSearchConfig) -> BranchSet:
 
 
 __all__ = [
-    "Branch", "BranchSet", "BackendSpace", "Variant", "VARIANT_KNOBS", "SKU_KNOBS", "ShapeKey", "over_inventory", "config_precisions", "LegalSpace", "Dropped", "legal_space", "kv_filter", "estimate_shapes",
+    "Branch", "BranchSet", "BackendSpace", "Variant", "VARIANT_KNOBS", "ShapeKey", "over_inventory",
+    "config_precisions", "LegalSpace", "Dropped", "legal_space", "kv_filter", "estimate_shapes",
     "ordered_records", "records_from_rows",
     "enumerate_branches", "pinned_configs", "config_json", "config_strategy",
     "engine_sizes", "TRTLLM_DISAGG_REASON", "NO_LEGAL_PIN_REASON",

@@ -172,7 +172,8 @@ class ShapeKV:
         shape = Shape(int(row["tp"]), int(row["attention_dp"]), int(row["moe_tp"]), int(row["moe_ep"]), int(row["pp"]))
         precision = Precision(row["quantization"], row["kv_cache_dtype"], bool(row["native_precision"]))
         weights = row["weight_bytes_per_gpu"]
-        return cls(row["hardware_sku"], row["backend"], row["backend_version"], shape, row["kv_tokens_per_rank"], int(row["max_seq_len"]),
+        return cls(row["hardware_sku"], row["backend"], row["backend_version"], shape, row["kv_tokens_per_rank"],
+                   int(row["max_seq_len"]),
                    bool(row["feasible"]), row["reason"], precision, None if weights is None else int(weights))
 
 
