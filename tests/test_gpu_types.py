@@ -192,6 +192,8 @@ def test_the_sample_carries_the_per_role_pair_and_reads_back() -> None:
     assert over_inventory(c.parallel, list(c.hardware.values()), {"h100_sxm": 1, "h200_sxm": 4}) == {"h100_sxm": 2}
     same = mixed("h200_sxm", "h200_sxm")
     assert same.to_sample()["hardware_sku"] == "h200_sxm" and same.group == (QWEN, "h200_sxm", "vllm")
+    shared_only = {k: v for k, v in same.to_sample().items() if not k.endswith("_hardware_sku")}
+    assert Candidate.from_sample(shared_only) == same     # hardware_sku alone names every role's type
 
 
 def test_each_role_is_timed_and_sized_on_its_own_sku_and_the_hand_off_runs_at_the_slower_side(

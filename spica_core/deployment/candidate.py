@@ -339,7 +339,7 @@ class Candidate:
                              sample["kv_load_concurrency_capacity"],
                              {r: sample[f"{r}_kv_capacity_tokens"] for r in roles if f"{r}_kv_capacity_tokens" in sample})
         precision = precision_of(sample["model_name"], sample["quantization"], sample["kv_cache_dtype"])
-        hardware = {r: sample[sku_field(mode, r)] for r in roles}
+        hardware = {r: sample.get(sku_field(mode, r)) or sample["hardware_sku"] for r in roles}   # one for all roles
         return cls(mode, sample["backend"], _build(Context, sample.__getitem__),
                    _build(HostOffload, sample.__getitem__), parallel, engines, router,
                    planner, precision, hardware, sample.get("backend_version"), sample.get("concurrency"), kv_load)
