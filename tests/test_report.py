@@ -223,7 +223,7 @@ def test_scalar_report_winner_next_to_runner_up_and_what_it_gives_up() -> None:
     text = render_markdown(scalar_inputs(), {})
     winner = section(text, "The winner and why")
     head = line_with(winner, "Rank 1:")
-    assert bold(head) == ["disagg vllm 1×TP1 + 1×TP2"]
+    assert bold(head) == ["disagg vllm 1×TP1 + 1×TP2 on h200_sxm"]
     assert count(head, "GPUs") == 3 and re.search(r"found in round (\d+)", head).group(1) == "1"
     best = line_with(winner, "Best goodput")   # winner, runner-up, difference, relative difference
     assert quantities(best)[:4] == ["1,800 tok/s", "1,500 tok/s", "+300 tok/s", "+20.0%"]
@@ -242,7 +242,7 @@ def test_scalar_report_winner_next_to_runner_up_and_what_it_gives_up() -> None:
     assert "TPOT mean" in rows   # only the runner-up has it: shown, no difference
     assert rows["TPOT mean"] == ("—", "12.0 ms", "—")
     gives = line_with(winner, "**What the winner gives up**")
-    assert re.search(r"runner-up, (.+?), is better", gives).group(1) == "agg vllm 1×TP2"
+    assert re.search(r"runner-up, (.+?), is better", gives).group(1) == "agg vllm 1×TP2 on h200_sxm"
     assert given_up(winner) == [
         ("TTFT mean", ["100 ms", "80.0 ms", "+20.0 ms", "+25.0%"]),
         ("throughput per GPU", ["800 tok/s/GPU", "1,000 tok/s/GPU", "-200 tok/s/GPU", "-20.0%"]),
@@ -277,7 +277,7 @@ def test_scalar_report_ranked_table_and_manifest_links() -> None:
     assert third["manifest"] == ""   # not emitted
     missing = line_with(results, "SLA requirement")
     assert "ranked after every candidate that meets it" in missing
-    assert re.findall(r"rank (\d+) \(([^)]+)\): (\S+ %)", missing) == [("3", "agg vllm 1×TP1", "80 %")]
+    assert re.findall(r"rank (\d+) \(([^)]+)\): (\S+ %)", missing) == [("3", "agg vllm 1×TP1 on h200_sxm", "80 %")]
     files = section(text, "Files")
     assert links(fields(files)["candidates"]) == [("candidates.parquet", "candidates.parquet"),
                                                   ("candidates.json", "candidates.json"),
@@ -292,7 +292,7 @@ def test_scalar_report_aic_estimate_next_to_the_replay() -> None:
     aic = section(render_markdown(scalar_inputs(), {}), "AI Configurator's estimate (static agg)")
     notes = per_rank(aic)
     name, note = notes[2]
-    assert name == "agg vllm 1×TP2"
+    assert name == "agg vllm 1×TP2 on h200_sxm"
     point = dict(re.findall(r"(ISL|OSL|concurrency) (\d+(?:,\d{3})*)", note))
     assert point == {"ISL": "4,000", "OSL": "200", "concurrency": "64"}
     assert note.split("source: ", 1)[1] == "aiconfigurator-core 0.12.0 vllm 0.24.0 static agg"
@@ -304,11 +304,11 @@ def test_scalar_report_aic_estimate_next_to_the_replay() -> None:
     assert rows["throughput"] == ("2,100 tok/s", "2,000 tok/s", "-100 tok/s (-4.8%)")
     assert rows["throughput per GPU"] == ("1,050 tok/s/GPU", "1,000 tok/s/GPU", "-50.0 tok/s/GPU (-4.8%)")
     name, note = notes[1]
-    assert name == "disagg vllm 1×TP1 + 1×TP2"
+    assert name == "disagg vllm 1×TP1 + 1×TP2 on h200_sxm"
     reason = no_estimate_reason(note)
     assert reason.startswith("disagg:") and "static agg" in reason
     name, note = notes[3]
-    assert name == "agg vllm 1×TP1"
+    assert name == "agg vllm 1×TP1 on h200_sxm"
     assert no_estimate_reason(note).startswith("AIC has no analytic answer")
 
 
@@ -323,9 +323,9 @@ def test_aic_estimate_reason_given_as_text_and_the_scaling_planner() -> None:
                            aic={2: "no perf database for (h200_sxm, vllm)"})
     notes = per_rank(section(render_markdown(inputs, {}), "AI Configurator's estimate (static agg)"))
     name, note = notes[1]
-    assert name == "agg vllm 1×TP2" and "planner scales replicas" in no_estimate_reason(note)
+    assert name == "agg vllm 1×TP2 on h200_sxm" and "planner scales replicas" in no_estimate_reason(note)
     name, note = notes[2]
-    assert name == "agg vllm 1×TP1" and no_estimate_reason(note) == "no perf database for (h200_sxm, vllm)"
+    assert name == "agg vllm 1×TP1 on h200_sxm" and no_estimate_reason(note) == "no perf database for (h200_sxm, vllm)"
 
 
 def test_scalar_report_tally_reasons_and_provenance() -> None:

@@ -88,7 +88,7 @@ def _feasible(trials: Sequence[Trial]) -> list[Trial]:
 
 def _describe(record: CandidateRecord) -> str:
     c = record.candidate
-    return f"{c.mode} {c.backend} {c.parallel.label()}"
+    return f"{c.mode} {c.backend} {c.parallel.label()} on {c.system}"
 
 
 def _whole(value: float) -> float | int:
