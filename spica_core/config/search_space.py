@@ -66,6 +66,10 @@ def _one_or_list(value: Any) -> Any:
     return [value] if isinstance(value, str) else value
 
 
+# ``_one_or_list`` as a validator whose JSON schema (the Prefect form's, and its API's check) allows both forms.
+OneOrList = BeforeValidator(_one_or_list, json_schema_input_type=Union[str, list[str]])
+
+
 def _dedupe(values: list[Any]) -> list[Any]:
     seen: list[Any] = []
     for v in values:
@@ -138,8 +142,7 @@ def _composite(knob: str) -> Any:
 PositiveInt = Annotated[StrictInt, Field(gt=0)]
 
 # GPU types: aiconfigurator-core system ids, one to pin or a list to search (checked against AIC when loaded).
-SkuList = Annotated[list[Annotated[str, Field(min_length=1)]], BeforeValidator(_one_or_list), Field(min_length=1),
-                    AfterValidator(_dedupe)]
+SkuList = Annotated[list[Annotated[str, Field(min_length=1)]], OneOrList, Field(min_length=1), AfterValidator(_dedupe)]
 
 
 ShapeSize = _int_upto(limits.WORKER_GPUS)
@@ -218,10 +221,10 @@ class SearchSpace(_Model):
     aic_nextn: Annotated[StrictInt, Field(ge=0, le=5)] | None = None
 
     # precision (weights/compute, KV cache): one value pins, a list is searched
-    quantization: Annotated[_choices("quantization", str), BeforeValidator(_one_or_list)] | None = Field(
+    quantization: Annotated[_choices("quantization", str), OneOrList] | None = Field(
         default=None, description="weight/compute precision (AIC quant-mode names, bf16 for bfloat16); one value "
                                   "or a list; null: the checkpoint's own precision")
-    kv_cache_dtype: Annotated[_choices("kv_cache_dtype", str), BeforeValidator(_one_or_list)] = Field(
+    kv_cache_dtype: Annotated[_choices("kv_cache_dtype", str), OneOrList] = Field(
         default_factory=lambda: list(KNOB_DEFAULTS["kv_cache_dtype"]),
         description=f"KV-cache dtype {list(SEARCH_CHOICES['kv_cache_dtype'])}; one value or a list")
 
