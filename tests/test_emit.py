@@ -94,7 +94,7 @@ def test_a_sweep_emits_candidates_manifests_and_report_and_a_copy_can_be_shown_a
 
     report = (run / "report.md").read_text()
     assert "SLA: TTFT ≤ 2,000 ms, ITL ≤ 40 ms" in report and "## The winner and why" in report
-    assert f"Rank 1: **{records[0].candidate.mode} vllm {records[0].candidate.parallel.label()}**" in report
+    assert f"Rank 1: **{records[0].candidate.mode} vllm {records[0].candidate.parallel.label()} on h200_sxm**" in report
     pngs = sorted((run / "report").glob("*.png"))
     assert len(pngs) >= 3 and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
     assert all(f'src="report/{p.name}"' in (run / "report.html").read_text() for p in pngs)

@@ -287,6 +287,15 @@ def test_a_thorough_cost_sweep_over_two_skus_ranks_by_the_formula(tmp_path: Path
         assert m["cost_per_mtok"] == pytest.approx(usd / tokens)
         costs.append(usd / tokens)
     assert costs == sorted(costs) and [c["rank"] for c in cands] == list(range(1, len(cands) + 1))
+    labels = {"h100_sxm": "NVIDIA-H100-SXM5-80GB", "h200_sxm": "NVIDIA-H200-141GB-HBM3e"}
+    out = tmp_path / "k8s"
+    assert spica(["emit", str(next(runs.iterdir())), "--top", "2", "--out", str(out),
+                  *(a for sku, label in labels.items() for a in ("--gpu-product-label", f"{sku}={label}"))]) == 0
+    for rank in (1, 2):
+        doc = yaml.safe_load((out / f"rank-{rank}.yaml").read_text())
+        worker = next(c for c in doc["spec"]["components"] if c["name"] != "Frontend")
+        sku = cands[rank - 1]["config"]["hardware_sku"]
+        assert worker["podTemplate"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": labels[sku]}
 
 
 def test_spica_evaluate_needs_one_type_per_role_within_the_inventory(tmp_path: Path, capsys: Any) -> None:
@@ -297,3 +306,10 @@ def test_spica_evaluate_needs_one_type_per_role_within_the_inventory(tmp_path: P
     capped = write(tmp_path, {**pin, "hardware_sku": "h200_sxm", "gpu_inventory": {"h200_sxm": 4}})
     assert spica(["evaluate", str(capped)]) == 2
     assert "search_space.gpu_inventory: the pinned deployment needs 6 × h200_sxm" in capsys.readouterr().err
+
+
+def test_emit_refuses_a_product_label_that_is_not_sku_equals_a_label_value(tmp_path: Path, capsys: Any) -> None:
+    for bad in ("h200_sxm", "h200_sxm=NVIDIA H200", "=NVIDIA-H200"):
+        with pytest.raises(SystemExit) as exit_:
+            spica(["emit", str(tmp_path), "--gpu-product-label", bad])
+        assert exit_.value.code == 2 and "--gpu-product-label" in capsys.readouterr().err
