@@ -35,7 +35,7 @@ def config_entry(config: ParallelConfig, backends: tuple[str, ...]) -> dict[str,
 
 def _branch_doc(branch: Branch, bs: BranchSet) -> dict[str, Any]:
     per_backend = {b: {"backend_versions": {sku: bs.systems[sku].backend_versions.get(b)
-                                            for hw in s["hardware"] for sku in hw.split("+")}, **s}
+                                            for v in branch.variants if v.backend == b for sku in v.skus}, **s}
                    for b, s in branch.summary().items()}
     return {
         "mode": branch.mode,

@@ -4,7 +4,6 @@ from __future__ import annotations
 from spica_core.config.model import SmartSearchConfig
 from spica_core.config.policies import filter_for_goal, planner_target, with_policies
 from spica_core.config.pruning import branch_knob_choices
-from spica_core.config.search_space import sku_field
 from spica_core.config.trace import TraceSummary
 
 
@@ -17,8 +16,6 @@ def searched_knobs(config: SmartSearchConfig) -> dict[str, int]:
     out: dict[str, int] = {}
     for mode in config.search_space.deployment_mode:
         knobs, ranges = branch_knob_choices(config, mode, config.search_space.backend)
-        for role, skus in config.search_space.role_skus(mode).items():
-            knobs[sku_field(mode, role)] = skus
         out.update({name: len(choices) for name, choices in knobs.items() if len(choices) > 1})
         out.update({name: -1 for name in ranges})
     return out

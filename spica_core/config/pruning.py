@@ -10,6 +10,7 @@ from typing import Any, Sequence
 from spica_core.config.knobs import CACHE_HIT_KNOBS, ENGINE_KNOBS, KV_ROUTER_KNOBS, PLANNER_DETAIL_KNOBS
 from spica_core.config.model import SmartSearchConfig
 from spica_core.config.policies import scaling_flags
+from spica_core.config.search_space import sku_field
 
 
 def branch_knob_choices(config: SmartSearchConfig, mode: str, backends: Sequence[str]
@@ -17,6 +18,7 @@ def branch_knob_choices(config: SmartSearchConfig, mode: str, backends: Sequence
     """The knobs this branch searches (with their choices), and its float ranges."""
     ss = config.search_space
     knobs: dict[str, list[Any]] = {"backend": list(backends)}
+    knobs.update({sku_field(mode, role): skus for role, skus in ss.role_skus(mode).items()})   # each role's GPU types
     for name in ENGINE_KNOBS[mode]:                                   # rule 4
         knobs[name] = list(getattr(ss, name))
     knobs["router_mode"] = list(ss.router_mode)

@@ -23,6 +23,7 @@ from spica_core.deployment import Candidate
 from spica_core.evaluate.cost import role_gpu_hours
 from spica_core.evaluate.engine_args import RoleArgs
 
+
 def _mean(report: Mapping[str, Any], total: str) -> float:
     n = float(report.get("completed_requests") or report.get("num_requests") or 0)
     return float(report.get(total) or 0.0) / n if n > 0 else 0.0

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from spica_core.config.model import SmartSearchConfig
-from spica_core.config.search_space import sku_field
 from spica_core.errors import SpicaError
 from spica_core.evaluate.calibration import Calibration
 from spica_core.evaluate.evaluation import EvalRequest
@@ -30,9 +29,6 @@ def unpinned_knobs(config: SmartSearchConfig) -> list[str]:
                 multi.append(entry)
         for name in ranges:
             multi.append(f"workload.{name} (a range {config.workload.kv_load_ratio}; give one ratio)")
-        for role, skus in space.role_skus(mode).items():
-            if len(skus) > 1:
-                multi.append(f"{sku_field(mode, role)} ({len(skus)} values: {skus})")
     policies = space.planner_scaling_policy
     if len(policies) == 1 and scaling_flags(policies[0])[0] and len(space.load_predictor_candidates) > 1:
         multi.append(f"load_predictor_candidates ({len(space.load_predictor_candidates)} values: "

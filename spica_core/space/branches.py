@@ -496,10 +496,9 @@ def kv_filter(space: LegalSpace, records: Mapping[ShapeKey, ShapeKV] | None = No
                 for precision in precs:
                     tag = f" at {precision.label()}" if len(precs) > 1 else ""
                     for pc in first.configs:
-                        on = dict(zip(pc.roles, skus))
-                        bad = [(role, records[(on[role], backend, precision, rc.shape)])
-                               for role, rc in pc.roles.items()
-                               if not records[(on[role], backend, precision, rc.shape)].feasible]
+                        kv = [(role, records[(sku, backend, precision, rc.shape)])
+                              for (role, rc), sku in zip(pc.roles.items(), skus)]
+                        bad = [(role, r) for role, r in kv if not r.feasible]
                         over = over_inventory(pc, skus, inventory) if not bad else {}
                         if not bad and not over:
                             kept.setdefault(pc, []).append(Variant(backend, precision, hardware))
@@ -548,10 +547,8 @@ def kv_filter(space: LegalSpace, records: Mapping[ShapeKey, ShapeKV] | None = No
         knobs, ranges = branch_knob_choices(config, mode, viable)
         present = [v for vs in supported.values() for v in vs]
         precs = sorted({v.precision for v in present}, key=config_precisions(config).index)
-        role_skus = ss.role_skus(mode)
-        hardware = {sku_field(mode, r): [s for s in role_skus[r] if any((sku_field(mode, r), s) in v.hardware
-                                                                        for v in present)]
-                    for r in roles_of(mode)}
+        hardware = {name: [s for s in knobs.pop(name) if any((name, s) in v.hardware for v in present)]
+                    for name in (sku_field(mode, r) for r in roles_of(mode))}   # the configured types still run
         knobs = {"backend": knobs.pop("backend"),
                  "quantization": list(dict.fromkeys(p.quantization for p in precs)),
                  "kv_cache_dtype": list(dict.fromkeys(p.kv_cache_dtype for p in precs)), **hardware, **knobs}
