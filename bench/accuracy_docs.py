@@ -154,7 +154,12 @@ def lead_section(summary: dict[str, Any], meta: dict[str, Any]) -> list[str]:
           "1. **Prefill dispatch on vLLM** (`spica_core/space/profiles.py`, not fitted): every vLLM prefill pass "
           "pays 0.8 ms per decoder layer of host-side kernel dispatch, AI Configurator's own constant for vLLM. "
           "It sits in the step table, so requests queued behind the pass and decodes that share it pay it too.",
-          "2. **The serving path before the first token** (`spica_core/evaluate/serving.py`, fitted): a constant "
+          "2. **SGLang's polling for new requests** (`spica_core/evaluate/serving.py`, not fitted): an "
+          "aggregated SGLang worker started with `--scheduler-recv-interval` N (`scheduler_recv_interval`) looks "
+          "for new requests every N decode iterations, so a request waits (N − 1)/2 decode steps on average; the "
+          "evaluation adds (N − 1)/2 × the replay's mean ITL to TTFT and E2E. SGLang's default is 1 (no wait); "
+          "InferenceX's B200/B300 recipes set 10 or 30 (cause 11).",
+          "3. **The serving path before the first token** (`spica_core/evaluate/serving.py`, fitted): a constant "
           "per backend added to every request's TTFT and end-to-end latency (HTTP, tokenization, request intake, "
           "first chunk), fitted so that the median of measured ÷ predicted TTFT on the backend's rows is 1, never "
           "below 0 ms. It uses no GPU time, so throughput and ITL are the replay's; an SLA is replayed with the "
@@ -247,7 +252,8 @@ def write_docs(doc: dict[str, Any], path: Path = DOC) -> None:
           "* **Engine**: prefix caching off; `max_num_batched_tokens` 8192 (vLLM's default, no recipe "
           "known); `max_num_seqs` = max(256, c per attention-DP rank) rounded up to a value Spica allows "
           "(256/512/1024; prefill workers 256); round-robin routing; planner off; Spica's perf-DB version "
-          "for the SKU and backend (AIC's latest, not the row's engine version).",
+          "for the SKU and backend (AIC's latest, not the row's engine version). InferenceX's SGLang rows run "
+          "with their recipe's `--scheduler-recv-interval` (`scheduler_recv_interval`, cause 11).",
           "* **Shape**: the row's tp / attention-DP / MoE tp / MoE ep as the one `parallel_configs` pin; "
           "disagg rows rebuild xPyD from `prefill_*` / `decode_*` worker counts.",
           "* **Precision**: the row's model as an aiconfigurator-core bundled id; near-spellings of the same "
@@ -391,13 +397,21 @@ CAUSES = [
     "SGLang and TRT-LLM TTFT are still under-predicted by about a constant at every concurrency, the time a request "
     "spends in the frontend and the engine's intake outside the forward passes. Spica adds a constant per backend "
     "(`spica_core/evaluate/serving.py`); the tables at the top give its value and its out-of-fold judgement.",
-    "11. **SGLang's `--scheduler-recv-interval` (not modelled).** InferenceX's B200/B300 SGLang recipes for "
-    "DeepSeek-R1, Qwen3.5 and GLM-5 NVFP4 poll for new requests every 10 scheduler iterations (30 at c ≥ 16 for "
-    "DeepSeek-R1 and Qwen3.5), so a new request waits (R − 1)/2 decode steps on average before the scheduler sees "
-    "it; the H200 recipes do not set it. The residuals show it: on DeepSeek-R1 SGLang / B200 measured ÷ predicted "
-    "grows with concurrency, while on H200 it stays flat. Adding (R − 1)/2 × the predicted ITL to those rows "
-    "lowered SGLang's out-of-fold TTFT error markedly in a one-off analysis (figures not kept). It is a recipe flag, not SGLang's default (1), the rows do not record it, and a Spica "
-    "deployment does not set it, so Spica does not add it.",
+    "11. **SGLang's `--scheduler-recv-interval` (modelled, from the recipes).** InferenceX's SGLang recipes for "
+    "DeepSeek-R1 and Qwen3.5 on B200/B300 and GLM-5 FP4 (from 2026-04-09) start the server with "
+    "`--scheduler-recv-interval` 10 or 30 (30 at CONC ≥ 16; DeepSeek-R1 FP8 at TP 4: 10; Qwen3.5 FP8 on B300: 10), "
+    "to spend less CPU polling; the H200 recipes and GLM-5 FP8 leave SGLang's default, 1. SGLang then looks for "
+    "new requests every N decode iterations (at once after a prefill batch), so a request waits (N − 1)/2 decode "
+    "steps before it is scheduled, a wait that grows with the decode step and so with concurrency: on DeepSeek-R1 "
+    "SGLang / B200 measured ÷ predicted grew with concurrency while on H200 it stayed flat. Spica has the setting "
+    "(`search_space.scheduler_recv_interval`, written to the SGLang workers' manifests) and adds the wait to an "
+    "aggregated worker's TTFT (`report.polling_delay_ms`); each InferenceX SGLang row runs with its recipe's value "
+    "on the day it was measured (`spica_core/calibrate/silicon.py` `RECV_INTERVAL_RECIPES`, read from "
+    "InferenceX's `benchmarks/` history; 259 of the compared rows). Before (accuracy.json at 2094ade), the "
+    "SGLang serving constant of 282 ms absorbed part of the wait, so it also padded every SGLang prediction "
+    "of a deployment that polls at every iteration; with the wait modelled it is 216 ms, SGLang's out-of-fold TTFT "
+    "MAPE went from 43 % to 33 % and the overall one from 37 % to 35 %. vLLM and TRT-LLM predictions are "
+    "unchanged, except 14 vLLM GB200 disaggregated rows that moved by under 2 % with GB200's NVLink KV hand-off.",
     "12. **What else remains.** Llama-3.1-70B on TRT-LLM (B200, H200), 1,024/1,024: measured TTFT sits "
     "150–250 ms above the replay at every concurrency, while the same shapes at 1,024/8,192 and 8,192/1,024 "
     "match within about 10 %: a difference between the recipes that the rows do not record. gpt-oss-120b on "

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.accuracy_rows import band_keys, bands, error_stats, summarize  # noqa: E402
 from spica_core.calibrate.silicon import (Checkpoint, choose_precision, make_config, parse_row,  # noqa: E402
-                                          plan_row)
+                                          plan_row, recipe_recv_interval)
 from spica_core.config.model import SmartSearchConfig  # noqa: E402
 from spica_core.evaluate.replay_traces import spread_lengths  # noqa: E402
 from spica_core.evaluate.workload import replay_workload  # noqa: E402
@@ -78,6 +78,34 @@ def test_aic_gap_analysis_rows_replay_aics_own_benchmark() -> None:
     cfg = make_config(gap)["workload"]
     assert cfg["length_spread"] == 0.0 and cfg["num_request_ratio"] == 20.0 and gap.measured_requests == 320
     assert make_config(plan())["workload"]["length_spread"] == 0.2
+
+
+def test_inferencex_sglang_rows_poll_at_their_recipes_interval_on_the_day_they_were_measured() -> None:
+    """InferenceX's B200 DeepSeek-R1 recipe: every 30 iterations at CONC >= 16, else 10; a GLM-5 FP4 row measured
+    before its recipe added the flag, a vLLM row, an H200 row and an AIC gap-analysis row keep SGLang's 1."""
+    def recv(**kw: str) -> int:
+        base = {"backend": "sglang", "model_path": "deepseek-ai/DeepSeek-R1", "system": "b200_sxm",
+                "precision": "fp4", "tp_size": "8"}
+        return recipe_recv_interval(parse_row(raw(**{**base, **kw})))
+
+    ix = "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency={c}; measured=2026-02-05T19:55:05Z"
+    assert recv(silicon_data_source=ix.format(c=64)) == 30
+    assert recv(silicon_data_source=ix.format(c=8), batch_size="8") == 10
+    assert recv(silicon_data_source=ix.format(c=8), backend="vllm") == 1
+    assert recv(silicon_data_source=ix.format(c=8), system="h200_sxm", precision="fp8") == 1
+    assert recv(silicon_data_source=ix.format(c=64), precision="fp8", tp_size="4") == 10   # the TP4 lane: always 10
+    glm = "source_file=2026-03-25.csv; model=GLM-5; silicon_concurrency=8; measured={day}T05:43:03Z"
+    assert recv(silicon_data_source=glm.format(day="2026-03-29"), model_path="zhipuai/GLM-5") == 1
+    assert recv(silicon_data_source=glm.format(day="2026-04-10"), model_path="zhipuai/GLM-5") == 10
+    gap = "source_file=/Users/x/projects/aic-auto-gap-analysis/data/b200_sxm/sglang/d.csv; silicon_concurrency=64"
+    assert recv(silicon_data_source=gap) == 1
+    row = plan_row(parse_row(raw(silicon_data_source=ix.format(c=64), backend="sglang", system="b200_sxm",
+                                 model_path="deepseek-ai/DeepSeek-R1", precision="fp4", gemm_quant_mode="fp8_block",
+                                 moe_quant_mode="fp8_block", tp_size="8", moe_tp_size="8", moe_ep_size="1")),
+                   BUNDLED, ck)
+    assert not isinstance(row, str), row
+    assert make_config(row)["search_space"]["scheduler_recv_interval"] == 30
+    assert "scheduler_recv_interval" not in make_config(plan())["search_space"]
 
 
 def test_lengths_uniform_and_deterministic() -> None:

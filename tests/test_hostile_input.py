@@ -296,6 +296,7 @@ DOCUMENTED_KNOBS = {
     "EVAL_SECONDS": "`sweep.max_eval_seconds`",
     "STARTUP_SECONDS": "`search_space.startup_time`",
     "G2_BLOCKS": "`search_space.num_g2_blocks`",
+    "SCHEDULER_RECV_INTERVAL": "`search_space.scheduler_recv_interval`",
     "SEED": "`sweep.seed`",
     "TRAFFIC_SCALE": "`goal.headroom_max`",
 }

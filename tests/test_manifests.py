@@ -396,6 +396,21 @@ def test_disagg_sglang_kv_router_events_on_prefill_only_and_mtp() -> None:
         assert args[start:start + 8] == spec_decoding
 
 
+def test_sglang_workers_poll_at_the_configured_interval_and_other_backends_refuse_it() -> None:
+    c = sglang_disagg()
+    c = replace(c, context=replace(c.context, scheduler_recv_interval=30))
+    doc = manifest(c)
+    valid(doc, c)
+    for name in ("prefill", "decode"):
+        args = engine_args(by_name(doc, name))
+        assert args[args.index("--scheduler-recv-interval") + 1] == "30"
+    assert "--scheduler-recv-interval" not in engine_args(by_name(manifest(sglang_disagg()), "decode"))  # default 1
+    with pytest.raises(Exception, match="scheduler_recv_interval.*SGLang setting"):
+        config({**QWEN, "scheduler_recv_interval": 10}, "agg", "vllm")
+    with pytest.raises(Exception, match="scheduler_recv_interval"):
+        config({**QWEN, "scheduler_recv_interval": 0}, "agg", "sglang")
+
+
 def test_multinode_on_a_four_gpu_node() -> None:
     c = candidate({**DSV3, "hardware_sku": "gb200", "gpu_budget": 24, "context_length": 8192}, "disagg", "sglang",
                   {**DISAGG_SELECTION, "router_mode": "round_robin", **NO_PLANNER}, TEP8_DEP8)

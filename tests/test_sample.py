@@ -20,7 +20,7 @@ def unroll_sample(space: Any, selection: dict[str, Any], parallel: ParallelConfi
     return sample
 
 PINNED = {"model_name", "hardware_sku", "gpu_budget", "min_gpu_budget", "min_endpoint", "context_length",
-          "startup_time", "aic_nextn", "num_g2_blocks", "kv_bytes_per_token", "bandwidth_g1_to_g2_gbps",
+          "startup_time", "aic_nextn", "scheduler_recv_interval", "num_g2_blocks", "kv_bytes_per_token", "bandwidth_g1_to_g2_gbps",
           "bandwidth_g2_to_g1_gbps", "offload_batch_size"}
 AGG_PARALLEL = {"tp", "pp", "attention_dp", "moe_tp", "moe_ep", "strategy", "replicas", "used_gpus"}
 AGG_ENGINE = {"agg_max_num_batched_tokens", "agg_max_num_seqs", "agg_block_size", "agg_gpu_memory_utilization",

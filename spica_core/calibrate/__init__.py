@@ -15,7 +15,8 @@ from spica_core.calibrate.silicon import (
     checkpoint_of, choose_precision, client_concurrency, engine_knobs, family, FAMILY_CHECKPOINTS, kv_dtype_for,
     LENGTH_SPREAD, load_rows, make_config, MAX_NUM_BATCHED_TOKENS, max_num_seqs, measured_date,
     MIN_MAX_NUM_SEQS, MODEL_ALIASES, parallel_pin, parse_row, per_rank_concurrency, pin_problem, plan_row,
-    PrecisionChoice, Protocol, protocol_for, read_rows, REQUESTS_PER_CONCURRENCY, REQUIRED_COLUMNS, RowPlan,
+    PrecisionChoice, Protocol, protocol_for, read_rows, RECV_INTERVAL_RECIPES, recipe_recv_interval,
+    REQUESTS_PER_CONCURRENCY, REQUIRED_COLUMNS, RowPlan,
     SEQS_CHOICES, SiliconRow, silicon_csv, source_kind, spica_quant, used_gpus, warmup_for
 )
 
@@ -27,6 +28,7 @@ __all__ = [
     "FAMILY_CHECKPOINTS", "kv_dtype_for", "LENGTH_SPREAD", "load_rows", "make_config", "MAX_NUM_BATCHED_TOKENS",
     "max_num_seqs", "measured_date", "MIN_MAX_NUM_SEQS", "MODEL_ALIASES", "parallel_pin", "parse_row",
     "per_rank_concurrency", "pin_problem", "plan_row", "PrecisionChoice", "Protocol", "protocol_for", "read_rows",
-    "REQUESTS_PER_CONCURRENCY", "REQUIRED_COLUMNS", "RowPlan", "SEQS_CHOICES", "SiliconRow", "silicon_csv",
+    "RECV_INTERVAL_RECIPES", "recipe_recv_interval", "REQUESTS_PER_CONCURRENCY", "REQUIRED_COLUMNS", "RowPlan",
+    "SEQS_CHOICES", "SiliconRow", "silicon_csv",
     "source_kind", "spica_quant", "used_gpus", "warmup_for",
 ]

@@ -218,6 +218,51 @@ def protocol_for(row: SiliconRow) -> Protocol:
     return Protocol(REQUESTS_PER_CONCURRENCY, LENGTH_SPREAD)
 
 
+# InferenceX's single-node SGLang recipes that set --scheduler-recv-interval (SemiAnalysisAI/InferenceX,
+# benchmarks/*.sh, main branch history): (recipe family, row precision, SKU) → the dates from which each rule
+# held, oldest first. A rule is an interval, or "c16" (CONC ≥ 16: 30, else 10), "c4" (CONC > 4: 30, else 10) or
+# "tp" (TP 8: the c16 rule; TP 4: 10). Every other NVIDIA SGLang recipe (DeepSeek-R1 FP8 on H200, GLM-5 FP8,
+# Qwen3.5 FP8 on H200) leaves SGLang's default, 1, as did the recipes listed here before the flag was added.
+RECV_INTERVAL_RECIPES: dict[tuple[str, str, str], tuple[tuple[str, int | str], ...]] = {
+    ("dsr1", "fp4", "b200_sxm"): (("2025-09-21", "c16"),),
+    ("dsr1", "fp8", "b200_sxm"): (("2025-08-25", 1), ("2025-09-23", "c16"), ("2026-01-13", "tp")),
+    ("dsr1", "fp4", "b300_sxm"): (("2026-04-17", "c16"),),
+    ("dsr1", "fp8", "b300_sxm"): (("2026-04-17", "tp"),),
+    ("qwen3.5", "bf16", "b200_sxm"): (("2026-02-16", 1), ("2026-02-20", "c16")),
+    ("qwen3.5", "fp8", "b200_sxm"): (("2026-03-03", "c16"), ("2026-04-30", "c4")),
+    ("qwen3.5", "fp4", "b200_sxm"): (("2026-04-08", "c16"), ("2026-05-01", "c4")),
+    ("qwen3.5", "bf16", "b300_sxm"): (("2026-04-17", "c16"),),
+    ("qwen3.5", "fp4", "b300_sxm"): (("2026-04-17", "c16"),),
+    ("qwen3.5", "fp8", "b300_sxm"): (("2026-04-17", 10),),
+    ("glm5", "fp4", "b200_sxm"): (("2026-03-28", 1), ("2026-04-09", 10)),
+    ("glm5", "fp4", "b300_sxm"): (("2026-04-17", 10),),
+}
+_RECIPE_FAMILIES = {"deepseek-ai/DeepSeek-R1": "dsr1", "deepseek-ai/DeepSeek-V3": "dsr1",   # InferenceX runs R1
+                    "Qwen/Qwen3.5-397B-A17B": "qwen3.5", "zhipuai/GLM-5": "glm5", "zai-org/GLM-5": "glm5"}
+
+
+def recipe_recv_interval(row: SiliconRow) -> int:
+    """The ``--scheduler-recv-interval`` the row's SGLang server ran with: InferenceX's recipe for the row's model,
+    precision and SKU as it stood on the measurement day (a row measured before its recipe reached InferenceX's
+    main branch takes the recipe as merged), at the row's concurrency and TP; 1 (SGLang's default) for every
+    other row, disaggregated ones included (their recipes are multi-node Dynamo ones)."""
+    if row.backend != "sglang" or row.mode != "agg" or source_kind(row) not in INFERENCEX_SOURCES:
+        return 1
+    rules = RECV_INTERVAL_RECIPES.get((_RECIPE_FAMILIES.get(row.model_path, ""), row.precision, row.system))
+    if not rules:
+        return 1
+    day = measured_date(row) or rules[-1][0]
+    rule = next((r for start, r in reversed(rules) if day >= start), rules[0][1])
+    c = int(row.concurrency or 1)
+    if rule == "tp":
+        rule = "c16" if (row.tp or 1) * (row.attention_dp or 1) == 8 else 10   # SGLang's --tp: the whole instance
+    if rule == "c16":
+        return 30 if c >= 16 else 10
+    if rule == "c4":
+        return 30 if c > 4 else 10
+    return int(rule)
+
+
 def source_kind(row: SiliconRow) -> str:
     s = row.source
     if s.startswith("db-dump/"):
@@ -227,6 +272,9 @@ def source_kind(row: SiliconRow) -> str:
     if "gap-analysis" in s:
         return "aic-gap-analysis"
     return "other"
+
+
+INFERENCEX_SOURCES = ("inferencex-db-dump", "dated-csv")
 
 
 # ---------------------------------------------------------------- model and precision
@@ -540,6 +588,8 @@ def make_config(plan: RowPlan) -> dict[str, Any]:
         space["quantization"] = plan.quantization
     if plan.kv_cache_dtype != "bf16":
         space["kv_cache_dtype"] = plan.kv_cache_dtype
+    if (recv := recipe_recv_interval(plan.row)) > 1:
+        space["scheduler_recv_interval"] = recv
     workload: dict[str, Any] = {"isl": plan.row.isl, "osl": plan.row.osl, "concurrency": plan.concurrency,
                                 "num_request_ratio": plan.total_requests / plan.concurrency,
                                 "length_spread": protocol_for(plan.row).length_spread}
@@ -583,7 +633,8 @@ __all__ = [
     "checkpoint_of", "choose_precision", "client_concurrency", "engine_knobs", "family", "FAMILY_CHECKPOINTS",
     "kv_dtype_for", "LENGTH_SPREAD", "load_rows", "make_config", "MAX_NUM_BATCHED_TOKENS", "max_num_seqs",
     "measured_date", "MIN_MAX_NUM_SEQS", "MODEL_ALIASES", "parallel_pin", "parse_row", "per_rank_concurrency",
-    "plan_row", "PrecisionChoice", "Protocol", "protocol_for", "read_rows", "REQUESTS_PER_CONCURRENCY",
+    "plan_row", "PrecisionChoice", "Protocol", "protocol_for", "read_rows", "RECV_INTERVAL_RECIPES",
+    "recipe_recv_interval", "REQUESTS_PER_CONCURRENCY",
     "REQUIRED_COLUMNS", "RowPlan", "SEQS_CHOICES", "SiliconRow", "silicon_csv", "source_kind", "spica_quant",
     "used_gpus", "warmup_for",
 ]

@@ -44,6 +44,7 @@ def describe(config: SmartSearchConfig, trace: TraceSummary | None = None) -> st
         "model_name": s.model_name, "gpu_budget": s.gpu_budget,
         "min_gpu_budget": s.min_gpu_budget, "min_endpoint": s.min_endpoint, "context_length": s.context_length,
         "startup_time": s.startup_time, "aic_nextn": s.aic_nextn, "num_g2_blocks": s.num_g2_blocks,
+        "scheduler_recv_interval": s.scheduler_recv_interval if s.scheduler_recv_interval > 1 else None,
     }
     lines.append("pinned context  : " + ", ".join(f"{k}={v}" for k, v in pinned.items() if v is not None))
     if w.is_trace:

@@ -46,6 +46,8 @@ EVALUATIONS = Limit(10_000, "evaluations per branch (max_rounds × candidates_pe
 PARALLEL_EVALS = Limit(256, "worker processes on one machine")
 EVAL_SECONDS = Limit(86_400, "seconds (a day) for one replay")
 STARTUP_SECONDS = Limit(86_400, "seconds (a day) for a worker to start")
+SCHEDULER_RECV_INTERVAL = Limit(10_000, "scheduler iterations between polls; beyond that a new request waits longer "
+                                         "than any benchmark runs")
 G2_BLOCKS = Limit(100_000_000, "host KV blocks, more than any host's memory holds")
 SEED = Limit(2**63 - 1, "a seed is stored as a 64-bit integer")
 TRAFFIC_SCALE = Limit(64, "times today's traffic (goal.headroom_max, goal.robust_scale): each scaled replay "

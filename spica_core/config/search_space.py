@@ -219,6 +219,10 @@ class SearchSpace(_Model):
     context_length: _int_upto(limits.SEQUENCE_TOKENS) | None = None
     startup_time: Annotated[float, Field(ge=0), BeforeValidator(_no_bool), _at_most(limits.STARTUP_SECONDS)] | None = None
     aic_nextn: Annotated[StrictInt, Field(ge=0, le=5)] | None = None
+    scheduler_recv_interval: _int_upto(limits.SCHEDULER_RECV_INTERVAL) = Field(
+        default=1, description="SGLang workers poll for new requests every N scheduler iterations "
+                               "(--scheduler-recv-interval; SGLang's default 1); an aggregated worker's new request "
+                               "waits (N - 1)/2 decode steps on average before it is scheduled")
 
     # precision (weights/compute, KV cache): one value pins, a list is searched
     quantization: Annotated[_choices("quantization", str), OneOrList] | None = Field(
@@ -337,6 +341,9 @@ class SearchSpace(_Model):
             if self.no_admission_control:
                 raise FieldError("no_admission_control", "must be false when router_mode includes kv_router "
                                  "(not supported by the Dynamo replay API)", True, True)
+        if self.scheduler_recv_interval > 1 and "sglang" not in self.backend:
+            raise FieldError("scheduler_recv_interval", f"is an SGLang setting (--scheduler-recv-interval); backend "
+                             f"is {self.backend}: add sglang or leave it at 1", self.scheduler_recv_interval, True)
         if self.parallel_configs and len(self.deployment_mode) != 1:
             raise FieldError("deployment_mode", "must list exactly one mode when parallel_configs is set",
                              self.deployment_mode, True)

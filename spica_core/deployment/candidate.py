@@ -8,7 +8,7 @@ that apply (irrelevant knobs are absent, never sentinels) and ``from_sample()`` 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import partial
 from typing import Any, TypeVar
 
@@ -35,6 +35,7 @@ class Context:
     context_length: int | None = None
     startup_time: float | None = None
     aic_nextn: int | None = None
+    scheduler_recv_interval: int = 1     # SGLang: scheduler iterations between polls for new requests
 
 
 @dataclass(frozen=True)
@@ -340,7 +341,7 @@ class Candidate:
                              {r: sample[f"{r}_kv_capacity_tokens"] for r in roles if f"{r}_kv_capacity_tokens" in sample})
         precision = precision_of(sample["model_name"], sample["quantization"], sample["kv_cache_dtype"])
         hardware = {r: sample.get(sku_field(mode, r)) or sample["hardware_sku"] for r in roles}   # one for all roles
-        return cls(mode, sample["backend"], _build(Context, sample.__getitem__),
+        return cls(mode, sample["backend"], _build(Context, partial(_field_or_default, Context, sample)),
                    _build(HostOffload, sample.__getitem__), parallel, engines, router,
                    planner, precision, hardware, sample.get("backend_version"), sample.get("concurrency"), kv_load)
 
@@ -368,6 +369,16 @@ def _pick_sku(space: SearchSpace, mode: str, role: str, selection: Mapping[str, 
 def _build(cls: type[T], value_of: Callable[[str], Any]) -> T:
     """A flat dataclass with each field read by name (from the search space, or from a sample)."""
     return cls(**{f.name: value_of(f.name) for f in fields(cls)})  # type: ignore[call-arg]
+
+
+def _field_or_default(cls: type, sample: Mapping[str, Any], name: str) -> Any:
+    """A sample's field, or the dataclass default for a field added after the sample was written."""
+    if name in sample:
+        return sample[name]
+    default = next(f.default for f in fields(cls) if f.name == name)
+    if default is MISSING:
+        raise KeyError(name)
+    return default
 
 
 def _as_dict(value: Any) -> dict[str, Any]:

@@ -47,6 +47,9 @@ def args(launch: Launch) -> list[str]:
     if nextn:
         out += ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", str(nextn),
                 "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(nextn + 1)]
+    recv = launch.candidate.context.scheduler_recv_interval
+    if recv > 1:
+        out += ["--scheduler-recv-interval", str(recv)]
     out += ["--trust-remote-code", "--skip-tokenizer-init"]
     if role != "agg":
         out += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "nixl",

@@ -27,7 +27,8 @@ from spica_core.errors import (
 from spica_core.evaluate.bands import Band, load_bands
 from spica_core.evaluate.calibration import Applied, Calibration
 from spica_core.evaluate.requests import RequestLatencies
-from spica_core.evaluate.serving import load_serving, served_report, served_requests, served_sla
+from spica_core.evaluate.rescore import with_goodput
+from spica_core.evaluate.serving import load_serving, polling_delay_ms, served_report, served_requests, served_sla
 from spica_core.deployment import Candidate
 
 os.environ.setdefault("DYN_LOG", "error")
@@ -128,6 +129,14 @@ def with_rejected(report: dict[str, Any], rejected: int) -> dict[str, Any]:
     return {**report, "num_requests": int(report.get("num_requests") or 0) + rejected, "rejected_requests": rejected}
 
 
+def _sla_factors(goal: OptimizationGoal, candidate: Candidate) -> dict[str, float] | None:
+    """What each latency is multiplied by before the SLA holds it: the band quantile at ``goal.sla_confidence``
+    above 0.5, else None (the latency itself)."""
+    if goal.sla is None or goal.sla_confidence <= 0.5:
+        return None
+    return load_bands().sla_factors(*candidate.group, goal.sla_confidence)
+
+
 def _prepare(req: EvalRequest, timings: dict[str, float]) -> tuple[Candidate, Any, Any, int, float]:
     """The resolved candidate, the replay spec, the scaling policy, the requests the replay leaves out as
     rejected and the serving path's time per request; raises SpicaError subclasses."""
@@ -158,9 +167,7 @@ def _prepare(req: EvalRequest, timings: dict[str, float]) -> tuple[Candidate, An
     roles = build_engine_args(candidate, profile_dir=req.profile_dir)
     timings["engine_args_s"] = time.perf_counter() - t1
     sla = req.goal.sla
-    factors = None
-    if sla is not None and req.goal.sla_confidence > 0.5:
-        factors = load_bands().sla_factors(*candidate.group, req.goal.sla_confidence)
+    factors = _sla_factors(req.goal, candidate)
     overhead = load_serving().overhead_ms(candidate.backend)
     planner_ttft = None if sla is None or sla.ttft_ms is None else max(1.0, sla.ttft_ms - overhead)
     policy = make_policy(candidate, roles, planner_target(req.goal), ttft_ms=planner_ttft,
@@ -239,7 +246,15 @@ def _evaluate(req: EvalRequest) -> Outcome:
         return outcome(Status.failed, f"replay error: {type(exc).__name__}: {exc}")
     timings["replay_s"] = float(result["replay_seconds"])
     t2 = time.perf_counter()
-    report = served_report(with_rejected(result["summary"], rejected), overhead)
+    summary = with_rejected(result["summary"], rejected)
+    ctx = candidate.context
+    polling = polling_delay_ms(candidate.backend, candidate.mode, ctx.scheduler_recv_interval,
+                               summary.get("mean_itl_ms"))
+    report = served_report(summary, overhead, polling)
+    per_request = served_requests(result.get("per_request"), overhead + polling)
+    if polling and req.goal.sla is not None and per_request is not None:   # the replay counted it without the wait
+        report = with_goodput(report, RequestLatencies.of(per_request), req.goal.sla.model_dump(exclude_none=True),
+                              _sla_factors(req.goal, candidate) or {})
     try:
         report = with_energy(with_cost({**report, **role_powers(candidate, spec.roles, report)}, req.goal, candidate))
     except Exception as exc:  # noqa: BLE001 - a metric that cannot be computed fails the candidate, with why
@@ -258,7 +273,6 @@ def _evaluate(req: EvalRequest) -> Outcome:
         bands = load_bands().bands(*candidate.group, metrics) if req.with_bands else {}
     except SpicaError as exc:  # a number without its band is half an answer: never drop it silently
         return outcome(Status.failed, str(exc), metrics=metrics, report=report, planner=planner)
-    per_request = served_requests(result.get("per_request"), overhead)
     done = outcome(Status.feasible, metrics=metrics, score=score, objectives=objectives, bands=bands,
                    report=report, planner=planner, requests=RequestLatencies.of(per_request or ()),
                    per_request=per_request if req.capture_per_request else None)

@@ -75,14 +75,21 @@ def calibrated_report(report: Mapping[str, Any], requests: RequestLatencies, cor
     for key in _THROUGHPUTS:
         if report.get(key) is not None:
             out[key] = float(report[key]) / stretch
-    if sla:
-        good = _good(requests, sla, sla_factors)
-        seconds = float(out.get("duration_ms") or 0.0) / 1000.0
-        tokens = float(requests.output_tokens[good].sum())
-        out["goodput_completed_requests"] = int(good.sum())
-        if "goodput_request_throughput_rps" in report or "goodput_output_throughput_tok_s" in report:
-            out["goodput_request_throughput_rps"] = int(good.sum()) / seconds if seconds > 0 else 0.0
-        out["goodput_output_throughput_tok_s"] = tokens / seconds if seconds > 0 else 0.0
+    return with_goodput(out, requests, sla, sla_factors) if sla else out
+
+
+def with_goodput(report: Mapping[str, Any], requests: RequestLatencies, sla: Mapping[str, float],
+                 sla_factors: Mapping[str, float]) -> dict[str, Any]:
+    """``report`` with its goodput counted again, request by request, from ``requests`` as they now stand (each
+    latency times its SLA factor, held against ``sla``: {ttft_ms, itl_ms} or {e2e_ms}) over its duration."""
+    out = dict(report)
+    good = _good(requests, sla, sla_factors)
+    seconds = float(out.get("duration_ms") or 0.0) / 1000.0
+    tokens = float(requests.output_tokens[good].sum())
+    out["goodput_completed_requests"] = int(good.sum())
+    if "goodput_request_throughput_rps" in report or "goodput_output_throughput_tok_s" in report:
+        out["goodput_request_throughput_rps"] = int(good.sum()) / seconds if seconds > 0 else 0.0
+    out["goodput_output_throughput_tok_s"] = tokens / seconds if seconds > 0 else 0.0
     return out
 
 
@@ -101,4 +108,4 @@ def _good(requests: RequestLatencies, sla: Mapping[str, float], factors: Mapping
     return good
 
 
-__all__ = ["calibrated_report"]
+__all__ = ["calibrated_report", "with_goodput"]

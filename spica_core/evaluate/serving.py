@@ -14,6 +14,14 @@ without them (docs/accuracy.md). The time is spent outside the engine, so it del
 first token and completion as its client sees them but occupies no GPU: the replay runs unchanged,
 its TTFT and end-to-end latencies are shifted by the constant, and an SLA on them is replayed
 with the constant taken off.
+
+One engine setting adds a wait of the same kind that the replay's scheduler does not have: SGLang's
+``--scheduler-recv-interval`` N (``search_space.scheduler_recv_interval``, default 1). The scheduler looks
+for new requests only every N decode iterations (at once after a prefill batch), so on an aggregated worker
+a request arriving at a random moment waits (N − 1)/2 decode steps on average before it is scheduled. The
+evaluation adds that many of the replay's mean inter-token gaps (``polling_delay_ms``) to TTFT and E2E like
+the constant, and counts the SLA again request by request with it. A prefill worker looks after every
+prefill batch and its first token comes from there, so a disaggregated deployment pays none of it in TTFT.
 """
 from __future__ import annotations
 
@@ -48,23 +56,35 @@ class ServingTable:
         return float(self.request_overhead_ms.get(backend, 0.0))
 
 
-def served_report(report: Mapping[str, Any], overhead_ms: float) -> dict[str, Any]:
-    """The replay's summary as the client sees it: TTFT and E2E statistics later by ``overhead_ms``."""
+def polling_delay_ms(backend: str, mode: str, recv_interval: int, mean_itl_ms: float | None) -> float:
+    """The mean wait before an SGLang scheduler polling every ``recv_interval`` decode iterations sees a new
+    request: (N − 1)/2 decode steps of ``mean_itl_ms``, on an aggregated worker; 0 otherwise."""
+    if backend != "sglang" or mode != "agg" or recv_interval <= 1 or not mean_itl_ms or mean_itl_ms <= 0:
+        return 0.0
+    return (recv_interval - 1) / 2 * float(mean_itl_ms)
+
+
+def served_report(report: Mapping[str, Any], overhead_ms: float, polling_ms: float = 0.0) -> dict[str, Any]:
+    """The replay's summary as the client sees it: TTFT and E2E statistics later by the serving path
+    (``overhead_ms``) and the scheduler's polling wait (``polling_ms``)."""
     out = dict(report)
-    if overhead_ms:
+    shift = overhead_ms + polling_ms
+    if shift:
         for key, value in report.items():
             if (key.endswith(SHIFTED_SUFFIXES) and not key.startswith(UNSHIFTED_PREFIXES)
                     and isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)):
-                out[key] = float(value) + overhead_ms
+                out[key] = float(value) + shift
     out["serving_overhead_ms"] = float(overhead_ms)
+    if polling_ms:
+        out["polling_delay_ms"] = float(polling_ms)
     return out
 
 
-def served_requests(per_request: list[dict[str, Any]] | None, overhead_ms: float) -> list[dict[str, Any]] | None:
-    """Per-request records with their TTFT and E2E later by ``overhead_ms`` (timestamps stay the engine's)."""
-    if per_request is None or not overhead_ms:
+def served_requests(per_request: list[dict[str, Any]] | None, shift_ms: float) -> list[dict[str, Any]] | None:
+    """Per-request records with their TTFT and E2E later by ``shift_ms`` (timestamps stay the engine's)."""
+    if per_request is None or not shift_ms:
         return per_request
-    return [{**r, **{k: float(r[k]) + overhead_ms for k in SHIFTED_PER_REQUEST if isinstance(r.get(k), (int, float))}}
+    return [{**r, **{k: float(r[k]) + shift_ms for k in SHIFTED_PER_REQUEST if isinstance(r.get(k), (int, float))}}
             for r in per_request]
 
 
@@ -98,5 +118,5 @@ def _load(path: str) -> ServingTable:
     return ServingTable(path, out)
 
 
-__all__ = ["ServingTable", "SERVING_FILE", "load_serving", "serving_file", "served_report", "served_requests",
-           "served_sla"]
+__all__ = ["ServingTable", "SERVING_FILE", "load_serving", "polling_delay_ms", "serving_file", "served_report",
+           "served_requests", "served_sla"]
