@@ -97,7 +97,11 @@ def _band(row: Mapping[str, Any], prediction: Mapping[str, float], table: Mappin
     out: dict[str, Any] = {}
     for metric, band_metric in _BAND_METRIC.items():
         groups = table[band_metric]
-        key = next(k for k in band_keys(row) if k in groups)
+        key = next((k for k in band_keys(row) if k in groups), None)
+        if key is None:
+            raise SystemExit(f"row {row['id']}: no band group of {MIN_BAND_ROWS} or more rows to take its band "
+                             "from (out of fold: other models' rows only); a partial run needs more rows "
+                             "(widen --rows-matching or --limit)")
         q = groups[key]
         out[metric] = {name: round(prediction[metric] * q[name], 3) for name in ("p05", "p10", "p50", "p90", "p95")}
         out[metric]["group"] = key
