@@ -19,7 +19,7 @@ from __future__ import annotations
 import csv
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -435,7 +435,6 @@ class RowPlan:
     notes: str = ""
     warmup_requests: int = 0
     gpus: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def kv_cache_dtype(self) -> str:
