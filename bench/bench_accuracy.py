@@ -347,9 +347,10 @@ def main() -> None:
         plans = plans[shard[0] - 1::shard[1]]
     if args.limit:
         plans = plans[:args.limit]
-    if len({p.model for p in plans}) < 2:
-        sys.exit(f"the selection holds rows of {len({p.model for p in plans})} model(s); the out-of-fold figures fit "
-                 "each model on the others' rows, so select rows of at least two models")
+    models = {p.model for p in plans}
+    if len(models) < 2:
+        sys.exit(f"the selection holds rows of {len(models)} model(s); the out-of-fold figures fit each model on "
+                 "the others' rows, so select rows of at least two models")
     results = run_plans(plans, args.workers)
     aisim, aisim_source = (aisim_predictions([p.row.id for p in plans]) if args.aisim
                            else ({}, "not run (--no-aisim); add with --add-aisim"))

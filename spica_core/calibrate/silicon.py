@@ -218,6 +218,20 @@ def protocol_for(row: SiliconRow) -> Protocol:
     return Protocol(REQUESTS_PER_CONCURRENCY, LENGTH_SPREAD)
 
 
+def source_kind(row: SiliconRow) -> str:
+    s = row.source
+    if s.startswith("db-dump/"):
+        return "inferencex-db-dump"
+    if "2026-04-06.csv" in s or "2026-03-25.csv" in s:
+        return "dated-csv"
+    if "gap-analysis" in s:
+        return "aic-gap-analysis"
+    return "other"
+
+
+INFERENCEX_SOURCES = ("inferencex-db-dump", "dated-csv")
+
+
 # InferenceX's single-node SGLang recipes that set --scheduler-recv-interval (SemiAnalysisAI/InferenceX,
 # benchmarks/*.sh, main branch history): (recipe family, row precision, SKU) → the dates from which each rule
 # held, oldest first. A rule is an interval, or "c16" (CONC ≥ 16: 30, else 10), "c4" (CONC > 4: 30, else 10) or
@@ -261,20 +275,6 @@ def recipe_recv_interval(row: SiliconRow) -> int:
     if rule == "c4":
         return 30 if c > 4 else 10
     return int(rule)
-
-
-def source_kind(row: SiliconRow) -> str:
-    s = row.source
-    if s.startswith("db-dump/"):
-        return "inferencex-db-dump"
-    if "2026-04-06.csv" in s or "2026-03-25.csv" in s:
-        return "dated-csv"
-    if "gap-analysis" in s:
-        return "aic-gap-analysis"
-    return "other"
-
-
-INFERENCEX_SOURCES = ("inferencex-db-dump", "dated-csv")
 
 
 # ---------------------------------------------------------------- model and precision

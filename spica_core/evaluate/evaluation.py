@@ -297,7 +297,7 @@ def calibrated(out: Outcome, goal: OptimizationGoal, calibration: Calibration, c
     candidate = out.candidate
     group = candidate.group
     sla = goal.sla.model_dump(exclude_none=True) if goal.sla is not None else None
-    shipped = load_bands().sla_factors(*group, goal.sla_confidence) if goal.sla_confidence > 0.5 else {}
+    shipped = _sla_factors(goal, candidate) or {}
     factors = {**shipped, **calibration.sla_factors(*group, goal.sla_confidence)}   # as the replay held it, else
     report = with_energy(with_cost(calibrated_report(base, out.requests, calibration.corrections(*group), sla,
                                                      factors, closed_loop), goal, candidate))
