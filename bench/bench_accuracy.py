@@ -224,6 +224,7 @@ def assemble(rows: list[dict[str, Any]], skipped: list[dict[str, str]], meta: di
     constants = fit(rows)
     for r in rows:
         r["predicted"] = {k: round(v, 3) for k, v in predict(r, constants).items()}
+        r["replay"]["serving_overhead_ms"] = constants[r["backend"]]["ms"]   # the constant ``predicted`` adds
     shipped = in_sample_bands(rows)
     oof = out_of_fold(rows)
     for r in rows:

@@ -17,7 +17,8 @@ from spica_core.calibrate.silicon import (
     MIN_MAX_NUM_SEQS, MODEL_ALIASES, parallel_pin, parse_row, per_rank_concurrency, pin_problem, plan_row,
     PrecisionChoice, Protocol, protocol_for, read_rows, RECV_INTERVAL_RECIPES, recipe_recv_interval,
     REQUESTS_PER_CONCURRENCY, REQUIRED_COLUMNS, RowPlan,
-    SEQS_CHOICES, SiliconRow, silicon_csv, source_kind, spica_quant, used_gpus, warmup_for
+    SEQS_CHOICES, SiliconRow, silicon_csv, source_kind, SPECULATIVE_RECIPES, speculative_recipe, spica_quant,
+    used_gpus, warmup_for
 )
 
 __all__ = [
@@ -30,5 +31,5 @@ __all__ = [
     "per_rank_concurrency", "pin_problem", "plan_row", "PrecisionChoice", "Protocol", "protocol_for", "read_rows",
     "RECV_INTERVAL_RECIPES", "recipe_recv_interval", "REQUESTS_PER_CONCURRENCY", "REQUIRED_COLUMNS", "RowPlan",
     "SEQS_CHOICES", "SiliconRow", "silicon_csv",
-    "source_kind", "spica_quant", "used_gpus", "warmup_for",
+    "source_kind", "SPECULATIVE_RECIPES", "speculative_recipe", "spica_quant", "used_gpus", "warmup_for",
 ]
