@@ -108,22 +108,30 @@ def test_inferencex_sglang_rows_poll_at_their_recipes_interval_on_the_day_they_w
     assert "scheduler_recv_interval" not in make_config(plan())["search_space"]
 
 
-def test_rows_measured_with_mtp_are_skipped_by_their_engine_version() -> None:
-    """InferenceX's DeepSeek-R1 B200 TRT-LLM MTP recipes ran TRT-LLM 1.2.0rc6.post3, the plain ones post2: a
-    post3 row measured speculative decoding and is skipped with that reason; the same row on post2, on another
-    SKU, or from a source other than InferenceX is replayed."""
+def test_rows_measured_with_mtp_replay_at_their_recipes_depth() -> None:
+    """InferenceX's DeepSeek-R1 B200 TRT-LLM MTP recipes ran TRT-LLM 1.2.0rc6.post3 (the plain ones post2) with 3
+    draft layers, 1 with attention DP: a post3 row replays with that ``aic_nextn``; the same row on post2, on
+    another SKU, or from a source other than InferenceX replays without a draft."""
     ix = "source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency=4; measured=2026-02-05T00:00:00.000Z"
     base = {"silicon_data_source": ix, "backend": "trtllm", "backend_version": "1.2.0rc6.post3",
             "model_path": "deepseek-ai/DeepSeek-R1", "system": "b200_sxm", "precision": "fp8",
             "gemm_quant_mode": "fp8_block", "moe_quant_mode": "fp8_block", "batch_size": "4", "tp_size": "8",
             "moe_tp_size": "8", "moe_ep_size": "1"}
-    reason = plan(**base)
-    assert isinstance(reason, str) and reason.startswith("speculative decoding: measured with MTP")
-    assert "dsr1-fp8-b200-trt-mtp" in reason and "1.2.0rc6.post3" in reason
-    assert not isinstance(plan(**{**base, "backend_version": "1.2.0rc6.post2"}), str)
-    assert not isinstance(plan(**{**base, "system": "h200_sxm"}), str)
+
+    def nextn(**kw: str) -> int | None:
+        p = plan(**{**base, **kw})
+        assert not isinstance(p, str), p
+        return make_config(p)["search_space"].get("aic_nextn")
+
+    assert nextn() == 3
+    adp = "source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency=256; measured=2026-02-05T00:00:00Z"
+    assert nextn(silicon_data_source=adp, batch_size="32", tp_size="1", attention_dp_size="8", moe_tp_size="1",
+                 moe_ep_size="8") == 1
+    assert nextn(backend_version="1.2.0rc6.post2") is None
+    assert nextn(system="h200_sxm") is None
     gap = "source_file=/Users/x/projects/aic-auto-gap-analysis/data/b200_sxm/trtllm/d.csv; silicon_concurrency=4"
-    assert not isinstance(plan(**{**base, "silicon_data_source": gap}), str)
+    assert nextn(silicon_data_source=gap) is None
+    SmartSearchConfig.from_dict(make_config(plan(**base)))     # the product takes the pin
 
 
 def test_lengths_uniform_and_deterministic() -> None:

@@ -15,9 +15,9 @@ from spica_core.calibrate.silicon import (
     checkpoint_of, choose_precision, client_concurrency, engine_knobs, family, FAMILY_CHECKPOINTS, kv_dtype_for,
     LENGTH_SPREAD, load_rows, make_config, MAX_NUM_BATCHED_TOKENS, max_num_seqs, measured_date,
     MIN_MAX_NUM_SEQS, MODEL_ALIASES, parallel_pin, parse_row, per_rank_concurrency, pin_problem, plan_row,
-    PrecisionChoice, Protocol, protocol_for, read_rows, RECV_INTERVAL_RECIPES, recipe_recv_interval,
+    PrecisionChoice, Protocol, protocol_for, read_rows, RECV_INTERVAL_RECIPES, recipe_nextn, recipe_recv_interval,
     REQUESTS_PER_CONCURRENCY, REQUIRED_COLUMNS, RowPlan,
-    SEQS_CHOICES, SiliconRow, silicon_csv, source_kind, SPECULATIVE_RECIPES, speculative_recipe, spica_quant,
+    SEQS_CHOICES, SiliconRow, silicon_csv, source_kind, SPECULATIVE_RECIPES, spica_quant,
     used_gpus, warmup_for
 )
 
@@ -29,7 +29,8 @@ __all__ = [
     "FAMILY_CHECKPOINTS", "kv_dtype_for", "LENGTH_SPREAD", "load_rows", "make_config", "MAX_NUM_BATCHED_TOKENS",
     "max_num_seqs", "measured_date", "MIN_MAX_NUM_SEQS", "MODEL_ALIASES", "parallel_pin", "parse_row",
     "per_rank_concurrency", "pin_problem", "plan_row", "PrecisionChoice", "Protocol", "protocol_for", "read_rows",
-    "RECV_INTERVAL_RECIPES", "recipe_recv_interval", "REQUESTS_PER_CONCURRENCY", "REQUIRED_COLUMNS", "RowPlan",
+    "RECV_INTERVAL_RECIPES", "recipe_nextn", "recipe_recv_interval", "REQUESTS_PER_CONCURRENCY",
+    "REQUIRED_COLUMNS", "RowPlan",
     "SEQS_CHOICES", "SiliconRow", "silicon_csv",
-    "source_kind", "SPECULATIVE_RECIPES", "speculative_recipe", "spica_quant", "used_gpus", "warmup_for",
+    "source_kind", "SPECULATIVE_RECIPES", "spica_quant", "used_gpus", "warmup_for",
 ]

@@ -279,21 +279,24 @@ def recipe_recv_interval(row: SiliconRow) -> int:
 
 # InferenceX single-node recipes measured with MTP speculative decoding, told apart from the plain recipe of the
 # same model, SKU and precision by the engine version alone: (recipe family, SKU, backend, backend_version) → the
-# recipe. From 2026-02-05 (FP8) and 2026-02-06 (FP4) InferenceX ran DeepSeek-R1's B200 TRT-LLM MTP recipes
-# (3 draft tokens, 1 with attention DP) on TRT-LLM 1.2.0rc6.post3 and the plain ones on 1.2.0rc6.post2, and no
-# other B200 TRT-LLM recipe of the model used post3 through 2026-05-01 (.github/configs/nvidia-master.yaml
-# history, main branch). Spica deploys no draft model, so such a row measures another deployment.
+# recipe. From 2026-02-05 (FP8) and 2026-02-06 (FP4) InferenceX ran DeepSeek-R1's B200 TRT-LLM MTP recipes on
+# TRT-LLM 1.2.0rc6.post3 and the plain ones on 1.2.0rc6.post2, and no other B200 TRT-LLM recipe of the model used
+# post3 through 2026-05-01 (.github/configs/nvidia-master.yaml history, main branch). The recipes
+# (benchmarks/dsr1_fp{4,8}_b200_trt_mtp.sh) set ``num_nextn_predict_layers`` 3, or 1 with attention DP.
 SPECULATIVE_RECIPES: dict[tuple[str, str, str, str], str] = {
     ("dsr1", "b200_sxm", "trtllm", "1.2.0rc6.post3"): "dsr1-fp4-b200-trt-mtp / dsr1-fp8-b200-trt-mtp",
 }
+MTP_DEPTH, MTP_DEPTH_ATTENTION_DP = 3, 1
 
 
-def speculative_recipe(row: SiliconRow) -> str | None:
-    """The InferenceX recipe with speculative decoding (MTP) the row was measured with, or None."""
+def recipe_nextn(row: SiliconRow) -> int:
+    """The MTP depth (``aic_nextn``) the row's recipe served with: 0 (no draft) unless SPECULATIVE_RECIPES names it."""
     if source_kind(row) not in INFERENCEX_SOURCES:
-        return None
-    return SPECULATIVE_RECIPES.get((_RECIPE_FAMILIES.get(row.model_path, ""), row.system, row.backend,
-                                    row.backend_version))
+        return 0
+    key = (_RECIPE_FAMILIES.get(row.model_path, ""), row.system, row.backend, row.backend_version)
+    if key not in SPECULATIVE_RECIPES:
+        return 0
+    return MTP_DEPTH_ATTENTION_DP if (row.attention_dp or 1) > 1 else MTP_DEPTH
 
 
 # ---------------------------------------------------------------- model and precision
@@ -541,9 +544,6 @@ def plan_row(row: SiliconRow, bundled: Sequence[str], checkpoint: Any = checkpoi
         return "no batch_size or silicon_concurrency (client concurrency)"
     if row.isl < 1 or row.osl < 2:
         return "isl < 1 or osl < 2 (TPOT needs two output tokens)"
-    if (recipe := speculative_recipe(row)) is not None:
-        return (f"speculative decoding: measured with MTP (InferenceX's {recipe} recipe, the only one on "
-                f"{row.backend} {row.backend_version}); Spica deploys without a draft model")
     choice = choose_precision(row, bundled, checkpoint, quantization_available)
     if isinstance(choice, str):
         return choice
@@ -611,6 +611,8 @@ def make_config(plan: RowPlan) -> dict[str, Any]:
         space["kv_cache_dtype"] = plan.kv_cache_dtype
     if (recv := recipe_recv_interval(plan.row)) > 1:
         space["scheduler_recv_interval"] = recv
+    if nextn := recipe_nextn(plan.row):
+        space["aic_nextn"] = nextn
     workload: dict[str, Any] = {"isl": plan.row.isl, "osl": plan.row.osl, "concurrency": plan.concurrency,
                                 "num_request_ratio": plan.total_requests / plan.concurrency,
                                 "length_spread": protocol_for(plan.row).length_spread}
@@ -654,8 +656,7 @@ __all__ = [
     "checkpoint_of", "choose_precision", "client_concurrency", "engine_knobs", "family", "FAMILY_CHECKPOINTS",
     "kv_dtype_for", "LENGTH_SPREAD", "load_rows", "make_config", "MAX_NUM_BATCHED_TOKENS", "max_num_seqs",
     "measured_date", "MIN_MAX_NUM_SEQS", "MODEL_ALIASES", "parallel_pin", "parse_row", "per_rank_concurrency",
-    "plan_row", "PrecisionChoice", "Protocol", "protocol_for", "read_rows", "RECV_INTERVAL_RECIPES",
-    "recipe_recv_interval", "REQUESTS_PER_CONCURRENCY", "REQUIRED_COLUMNS", "RowPlan", "SEQS_CHOICES",
-    "SiliconRow", "silicon_csv", "source_kind", "SPECULATIVE_RECIPES", "speculative_recipe", "spica_quant",
-    "used_gpus", "warmup_for",
+    "plan_row", "PrecisionChoice", "Protocol", "protocol_for", "read_rows", "RECV_INTERVAL_RECIPES", "recipe_nextn",
+    "recipe_recv_interval", "REQUESTS_PER_CONCURRENCY", "REQUIRED_COLUMNS", "RowPlan", "SEQS_CHOICES", "SiliconRow",
+    "silicon_csv", "source_kind", "SPECULATIVE_RECIPES", "spica_quant", "used_gpus", "warmup_for",
 ]
