@@ -24,6 +24,9 @@ def test_every_row_carries_the_contract_fields() -> None:
         for metric in ("ttft_ms", "tpot_ms"):
             band = r["band_oof"][metric]
             assert band["p10"] <= band["p90"] and r["predicted_oof"][metric] > 0
+        rep = r["replay"]         # the replay alone plus the shipped constant is the prediction
+        assert rep["mean_ttft_ms"] + rep["serving_overhead_ms"] == pytest.approx(r["predicted"]["ttft_ms"], abs=2e-3)
+        assert rep["serving_overhead_ms"] == doc["meta"]["serving"]["request_overhead_ms"][r["backend"]]["ms"]
     for block in ("in_sample", "out_of_fold"):
         overall = doc["summary"][block]["overall"]
         assert overall["rows"] == len(doc["rows"]) and set(overall["coverage"]) == {"ttft_ms", "tpot_ms"}
@@ -39,6 +42,8 @@ def test_predicted_is_what_spica_evaluate_prints() -> None:
              for backend in ("sglang", "trtllm", "vllm")]
     picks.append(min((r for r in rows if r["config"]["search_space"].get("scheduler_recv_interval", 1) > 1
                       and r["concurrency"] <= 16), key=lambda r: r["id"]))   # SGLang's polling wait included
+    picks.append(min((r for r in rows if r["config"]["search_space"].get("aic_nextn")
+                      and r["concurrency"] <= 16), key=lambda r: r["id"]))   # a row replayed with its recipe's MTP
     for row in picks:
         _, request = build(row["config"])
         outcome = evaluate_one(request)
