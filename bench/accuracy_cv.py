@@ -20,14 +20,21 @@ from typing import Any
 from bench.accuracy_rows import band_keys, bands, error_stats
 
 PEERS = ("aic", "aisim")
+START_WINDOWS_MS = (0.0, 500.0, 1000.0, 2000.0, 4000.0)   # workload.start_window_ms values a closed loop of identical
+                                                  # requests is replayed at; the fit picks one (fit_window)
 MIN_BAND_ROWS = 10
 COVERAGE = {"p10_p90": ("p10", "p90"), "p5_p95": ("p05", "p95")}
 _BAND_METRIC = {"ttft_ms": "ttft_ms", "tpot_ms": "itl_ms"}   # accuracy row metric -> band file metric
 
 
-def raw(row: Mapping[str, Any]) -> dict[str, float]:
-    """The row's replay before the serving path: mean TTFT and mean ITL (the TPOT prediction)."""
-    rep = row["replay"]
+def window_key(window: float) -> str:
+    return f"{float(window):g}"
+
+
+def raw(row: Mapping[str, Any], window: float | None = None) -> dict[str, float]:
+    """The row's replay before the serving path: mean TTFT and mean ITL (the TPOT prediction); at start
+    ``window`` for a row replayed at each (``replay_windows``), else its one replay."""
+    rep = row["replay_windows"][window_key(window)] if window is not None and "replay_windows" in row else row["replay"]
     return {"ttft_ms": float(rep["mean_ttft_ms"]), "tpot_ms": float(rep["mean_itl_ms"])}
 
 
@@ -75,19 +82,56 @@ def fit_least_mape(pairs: Iterable[tuple[float, float]]) -> float:
     return 0.0
 
 
-def fit(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """backend -> {ms, rows}: the serving constant fitted on these rows."""
+def fit(rows: Sequence[Mapping[str, Any]], window: float | None = None) -> dict[str, dict[str, Any]]:
+    """backend -> {ms, rows}: the serving constant fitted on these rows (replayed at start ``window``)."""
     out: dict[str, dict[str, Any]] = {}
     for backend in sorted({r["backend"] for r in rows}):
         mine = [r for r in rows if r["backend"] == backend]
-        out[backend] = {"ms": fit_overhead((r["measured"]["ttft_ms"], raw(r)["ttft_ms"]) for r in mine),
+        out[backend] = {"ms": fit_overhead((r["measured"]["ttft_ms"], raw(r, window)["ttft_ms"]) for r in mine),
                         "rows": len(mine)}
     return out
 
 
-def predict(row: Mapping[str, Any], constants: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
-    """What ``spica evaluate`` prints for the row with these constants: the replay plus the serving path."""
-    r = raw(row)
+def fit_window(rows: Sequence[Mapping[str, Any]]) -> tuple[float, dict[str, dict[str, Any]]]:
+    """(start window, serving constants): the window of ``START_WINDOWS_MS`` whose replays, each backend with
+    its constant fitted at that window, give the least TTFT MAPE over these rows (0 wins a tie)."""
+    best: tuple[float, float, dict[str, dict[str, Any]]] | None = None
+    for window in START_WINDOWS_MS:
+        constants = fit(rows, window)
+        errors = [abs(predict(r, constants, window)["ttft_ms"] - r["measured"]["ttft_ms"]) / r["measured"]["ttft_ms"]
+                  for r in rows if r["measured"]["ttft_ms"] > 0]
+        score = sum(errors) / len(errors) if errors else 0.0
+        if best is None or score < best[0] - 1e-12:
+            best = (score, window, constants)
+    assert best is not None
+    return best[1], best[2]
+
+
+def window_curve(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per start window tried: in-sample TTFT and TPOT MAPE over all rows and over the staggered ones (a
+    closed loop of identical requests), each backend's constant refitted at that window."""
+    staggered = [r for r in rows if "replay_windows" in r]
+    out: dict[str, dict[str, Any]] = {}
+    for window in START_WINDOWS_MS:
+        constants = fit(rows, window)
+
+        def mape(subset: Sequence[Mapping[str, Any]], metric: str) -> float | None:
+            errs = [abs(predict(r, constants, window)[metric] - r["measured"][metric]) / r["measured"][metric]
+                    for r in subset if r["measured"][metric] > 0]
+            return round(sum(errs) / len(errs), 4) if errs else None
+
+        out[window_key(window)] = {"ttft_mape": mape(rows, "ttft_ms"), "tpot_mape": mape(rows, "tpot_ms"),
+                                   "staggered_ttft_mape": mape(staggered, "ttft_ms"),
+                                   "staggered_tpot_mape": mape(staggered, "tpot_ms"), "staggered_rows": len(staggered),
+                                   "constants": {b: c["ms"] for b, c in constants.items()}}
+    return out
+
+
+def predict(row: Mapping[str, Any], constants: Mapping[str, Mapping[str, Any]],
+            window: float | None = None) -> dict[str, float]:
+    """What ``spica evaluate`` prints for the row with these constants (and start ``window``): the replay plus
+    the serving path."""
+    r = raw(row, window)
     beta = float(constants.get(row["backend"], {}).get("ms", 0.0))
     return {"ttft_ms": r["ttft_ms"] + beta, "tpot_ms": r["tpot_ms"]}
 
@@ -109,18 +153,19 @@ def _band(row: Mapping[str, Any], prediction: Mapping[str, float], table: Mappin
 
 
 def out_of_fold(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """id -> {constants, predicted_oof, band_oof}: each row from a fit and bands without any row of its model."""
+    """id -> {constants, start_window_ms, predicted_oof, band_oof}: each row from a fit (window and serving
+    constants) and bands without any row of its model."""
     out: dict[str, dict[str, Any]] = {}
     for model in sorted({r["model"] for r in rows}):
         train = [r for r in rows if r["model"] != model]
-        constants = fit(train)
-        scored = [{**r, "predicted": predict(r, constants)} for r in train]
+        window, constants = fit_window(train)
+        scored = [{**r, "predicted": predict(r, constants, window)} for r in train]
         table = bands(scored, MIN_BAND_ROWS)
         for r in rows:
             if r["model"] != model:
                 continue
-            pred = predict(r, constants)
-            out[r["id"]] = {"constants": {b: c["ms"] for b, c in constants.items()},
+            pred = predict(r, constants, window)
+            out[r["id"]] = {"constants": {b: c["ms"] for b, c in constants.items()}, "start_window_ms": window,
                             "predicted_oof": {k: round(v, 3) for k, v in pred.items()},
                             "band_oof": _band(r, pred, table)}
     return out
@@ -206,4 +251,4 @@ def compare_forms(rows: Sequence[Mapping[str, Any]], layers: Mapping[str, int]) 
     return out
 
 
-__all__ = ["fit_overhead", "fit_least_mape", "compare_forms", "fit", "predict", "out_of_fold", "in_sample_bands", "coverage", "trust_summary", "raw"]
+__all__ = ["START_WINDOWS_MS", "window_key", "fit_window", "window_curve", "fit_overhead", "fit_least_mape", "compare_forms", "fit", "predict", "out_of_fold", "in_sample_bands", "coverage", "trust_summary", "raw"]

@@ -163,11 +163,33 @@ def lead_section(summary: dict[str, Any], meta: dict[str, Any]) -> list[str]:
           "per backend added to every request's TTFT and end-to-end latency (HTTP, tokenization, request intake, "
           "first chunk), fitted so that the median of measured ÷ predicted TTFT on the backend's rows is 1, never "
           "below 0 ms. It uses no GPU time, so throughput and ITL are the replay's; an SLA is replayed with the "
-          "constant taken off.", "",
-          "| backend | shipped (all rows) | range over the leave-one-model-out fits | rows |", "|---|---:|---:|---:|"]
+          "constant taken off.",
+          "4. **A closed loop of identical requests starts spread out** (`spica_core/evaluate/workload.py`, "
+          "`workload.start_window_ms`, fitted): identical requests released together finish together and are "
+          "released together again, so in the replay every request waits for its whole wave's prefill, wave after "
+          "wave; on a GPU timing noise spreads them apart within a few waves (cause 9). Such a loop's slot *i* of "
+          "*N* sends its first request at *i* × window ÷ *N*. The window is the one of those tried whose replays, "
+          "with the serving constants refitted at it, give the least TTFT MAPE; only AI Configurator's "
+          "fixed-length rows are replayed at each (InferenceX's spread lengths spread the requests themselves).",
+          "", "| backend | shipped (all rows) | range over the leave-one-model-out fits | rows |", "|---|---:|---:|---:|"]
     for b, c in serving.items():
         vals = [f[b] for f in folds.values() if b in f]
         L.append(f"| {b} | {c['ms']:.0f} ms | {min(vals):.0f}–{max(vals):.0f} ms | {c['rows']} |")
+    window = meta.get("serving", {}).get("start_window_ms")
+    oof_windows = meta.get("serving", {}).get("out_of_fold_start_window_ms", {})
+    curve = summary.get("start_windows", {})
+    if window is not None and curve:
+        chosen = sorted(set(oof_windows.values()))
+        L += ["", f"Start window shipped: {window:g} ms (the leave-one-model-out fits chose "
+              f"{', '.join(f'{w:g}' for w in chosen)} ms). In sample, per window tried, each backend's constant "
+              "refitted at it:", "",
+              "| start window | TTFT MAPE, all rows | TPOT MAPE, all rows | TTFT MAPE, fixed-length loops | "
+              "TPOT MAPE, fixed-length loops | constants (SGLang / TRT-LLM / vLLM) |", "|---:|---:|---:|---:|---:|---|"]
+        for key, c in curve.items():
+            cons = " / ".join(f"{c['constants'].get(b, 0):.0f}" for b in ("sglang", "trtllm", "vllm"))
+            L.append(f"| {key} ms | {_pct(c['ttft_mape'])} | {_pct(c['tpot_mape'])} | "
+                     f"{_pct(c['staggered_ttft_mape'])} | {_pct(c['staggered_tpot_mape'])} | {cons} ms |")
+        L += ["", f"({next(iter(curve.values()))['staggered_rows']} rows are fixed-length closed loops.)"]
     L += [""]
     forms = summary.get("forms", {})
     if forms:
@@ -391,9 +413,14 @@ CAUSES = [
     "so these 822 rows replay that way. In a one-off comparison with InferenceX's spread lengths (figures not "
     "kept), the fixed lengths brought the SGLang and TRT-LLM rows of this source much closer and the vLLM ones "
     "further away: vLLM mixes a wave's prefill chunks with running decodes, so on a real GPU completions drift "
-    "apart and the waves dissolve, while the deterministic replay keeps them. The protocol is applied by source, "
-    "to every backend; where each model stands now is in the tables above. (To see the other reading, set a "
-    "row's `workload.length_spread` to 0.2 and `num_request_ratio` to 10 and run `spica evaluate` on it.)",
+    "apart and the waves dissolve, while the deterministic replay keeps them, and keeps re-forming them: a wave "
+    "split by a little arrival noise merges again behind the next long prefill pass. Such a loop now starts "
+    "with its first requests spread over the fitted start window (What Spica adds, 4): a vLLM Qwen3-32B / H100 "
+    "TP2 row at 1,024/128, c = 8, measured 154 ms, replays at 529 ms started together and 123 ms spread over "
+    "1 s, and its TPOT moves from 14.2 to 20.0 ms (18.0 measured) as prefills share steps with decodes. The "
+    "table under What Spica adds gives every window tried. (To see the other reading, set a row's "
+    "`workload.length_spread` to 0.2 and `num_request_ratio` to 10, or its `start_window_ms` to 0, and run "
+    "`spica evaluate` on it.)",
     "10. **The serving path before the first token (modelled, one fitted constant per backend).** With 8 and 9, "
     "SGLang and TRT-LLM TTFT are still under-predicted by about a constant at every concurrency, the time a request "
     "spends in the frontend and the engine's intake outside the forward passes. Spica adds a constant per backend "
@@ -436,12 +463,12 @@ CAUSES = [
     "of the token budget is waiting. At c = 4 on B200 FP8, measured − replay is 284 / 188 / 140 ms at TP 1 / 2 / 4 "
     "against 20 × the measured TPOT of 292 / 194 / 132 ms, and 4–33 ms at TP 8 and at 1k/8k; DeepSeek-R1's "
     "B200 FP8 recipe holds requests the same way at 1k/1k from CONC 64 (40 iterations, 0.8). Not modelled yet: "
-    "Llama-3.1-70B's rows without the wait need none of the 95 ms TRT-LLM constant while the other TRT-LLM models "
+    "Llama-3.1-70B's rows without the wait need none of the TRT-LLM constant (95 ms then) while the other TRT-LLM models "
     "need from none to about 160 ms (fitted per model the same way: 0 ms for Qwen3-235B, 112–127 ms for "
     "Llama-3.1-8B and Qwen3-32B on AIC's gap-analysis rows, 155–157 ms for DeepSeek-V3/R1 on InferenceX's), so "
     "with one fitted constant per backend the wait moves the Llama rows onto the constant's error: adding the wait (20 or 40 iterations of the replay's mean ITL, fewer when the token ratio fills first) "
     "to those rows' replays and refitting moved TRT-LLM's out-of-fold TTFT MAPE from 41.2 % to 41.4 % in a one-off "
-    "check on this file's replays (not kept). gpt-oss-120b on "
+    "check on the replays of the file at 1989893, before the start window (not kept). gpt-oss-120b on "
     "vLLM / H100 at c = 512: measured TTFT of 20–460 s with the TPOT of a batch of about 8–16; the server kept "
     "most requests waiting, which the replay's KV admission does not reproduce. AIC's gap-analysis rows have no "
     "published client protocol beyond AIC's own template (cause 9).", ""]

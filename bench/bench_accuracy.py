@@ -35,6 +35,7 @@ os.environ.setdefault("DYN_LOG", "error")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.accuracy_cv import START_WINDOWS_MS, window_key  # noqa: E402
 from bench.accuracy_rows import REPO, bands, summarize  # noqa: E402
 from spica_core.calibrate.silicon import (RowPlan, checkpoint_of, load_rows, make_config, pin_problem, plan_row,  # noqa: E402
                                           silicon_csv)
@@ -100,8 +101,27 @@ def cost(plan: RowPlan) -> float:
     return plan.total_requests * (plan.row.osl + plan.row.isl / 512)
 
 
+def windows_of(cfg: dict[str, Any]) -> tuple[float | None, ...]:
+    """The start windows a row is replayed at: the grid for a closed loop of identical requests (the window
+    is fitted, accuracy_cv.fit_window), else only the row's own load (None)."""
+    from spica_core.config.workload import Workload
+
+    return START_WINDOWS_MS if Workload(**cfg["workload"]).staggers else (None,)
+
+
+def replay_block(rep: dict[str, Any]) -> dict[str, Any]:
+    """The replay alone: assemble() adds the serving constants it fits (accuracy_cv.predict) and records each as
+    serving_overhead_ms; a modelled term (SGLang's polling wait) stays in."""
+    overhead = float(rep.get("serving_overhead_ms") or 0.0)
+    return {"mean_ttft_ms": float(rep["mean_ttft_ms"]) - overhead, "mean_itl_ms": float(rep["mean_itl_ms"]),
+            "polling_delay_ms": float(rep.get("polling_delay_ms") or 0.0),
+            **{k: rep.get(k) for k in ("median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "completed_requests",
+                                       "num_requests")}}
+
+
 def run_plans(plans: list[RowPlan], workers: int) -> dict[str, dict[str, Any]]:
-    """Evaluate each plan through spica evaluate's path; AIC's estimate in this process. id → result."""
+    """Evaluate each plan through spica evaluate's path (a closed loop of identical requests once per start
+    window); AIC's estimate in this process. id → result."""
     from bench.accuracy_run import aic_point, build
     from spica_core.evaluate import EvalPool, evaluate_one
 
@@ -118,32 +138,31 @@ def run_plans(plans: list[RowPlan], workers: int) -> dict[str, dict[str, Any]]:
             for plan in chunk:
                 cfg = make_config(plan)
                 try:
-                    _, req = build(cfg)
+                    jobs = [(plan, cfg, w, build(cfg if w is None else {**cfg, "workload": {
+                        **cfg["workload"], "start_window_ms": w}})[1]) for w in windows_of(cfg)]
                 except Exception as exc:  # noqa: BLE001
                     results[plan.row.id] = {"status": "error", "reason": f"config: {type(exc).__name__}: {exc}",
                                             "config": cfg}
                     continue
-                requests.append(req)
-                ok.append((plan, cfg))
+                ok += [job[:3] for job in jobs]
+                requests += [job[3] for job in jobs]
             outcomes = pool.evaluate_batch(requests) if pool is not None else [evaluate_one(r) for r in requests]
-            for (plan, cfg), req, outcome in zip(ok, requests, outcomes):
-                res: dict[str, Any] = {"status": outcome.status.value, "reason": outcome.reason, "config": cfg,
-                                       "replay_s": outcome.timings.get("replay_s")}
-                if outcome.feasible:
-                    rep = outcome.report
-                    overhead = float(rep.get("serving_overhead_ms") or 0.0)
-                    res["predicted"] = {"ttft_ms": float(rep["mean_ttft_ms"]), "tpot_ms": float(rep["mean_itl_ms"])}
-                    # the replay alone: assemble() adds the serving constants it fits (accuracy_cv.predict) and
-                    # records each as serving_overhead_ms; a modelled term (SGLang's polling wait) stays in
-                    res["report"] = {"mean_ttft_ms": float(rep["mean_ttft_ms"]) - overhead,
-                                     "mean_itl_ms": float(rep["mean_itl_ms"]),
-                                     "polling_delay_ms": float(rep.get("polling_delay_ms") or 0.0),
-                                     **{k: rep.get(k) for k in ("median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
-                                                                "completed_requests", "num_requests")}}
-                aic, why = aic_point(req.candidate, {"isl": plan.row.isl, "osl": plan.row.osl,
-                                                     "concurrency": plan.concurrency})
-                res["aic"], res["aic_reason"] = aic, why
-                results[plan.row.id] = res
+            for (plan, cfg, window), req, outcome in zip(ok, requests, outcomes):
+                res = results.get(plan.row.id)
+                if res is None:   # the plan's first window (or its only run)
+                    aic, why = aic_point(req.candidate, {"isl": plan.row.isl, "osl": plan.row.osl,
+                                                         "concurrency": plan.concurrency})
+                    res = results[plan.row.id] = {"status": outcome.status.value, "reason": outcome.reason,
+                                                  "config": cfg, "replay_s": outcome.timings.get("replay_s"),
+                                                  "aic": aic, "aic_reason": why}
+                    if outcome.feasible:
+                        res["predicted"] = {"ttft_ms": float(outcome.report["mean_ttft_ms"]),
+                                            "tpot_ms": float(outcome.report["mean_itl_ms"])}
+                        res["report"] = replay_block(outcome.report)
+                if not outcome.feasible:   # a row infeasible at any window is not compared
+                    res.update(status=outcome.status.value, reason=outcome.reason, predicted=None)
+                elif window is not None:
+                    res.setdefault("windows", {})[window_key(window)] = replay_block(outcome.report)
             done = start + len(chunk)
             log(f"{done}/{len(todo)} rows, {time.time() - t0:.0f}s")
     finally:
@@ -191,6 +210,8 @@ def row_record(plan: RowPlan, res: dict[str, Any], aisim: dict[str, Any]) -> dic
         rec["aisim_reason"] = (a or {}).get("error") if isinstance(a, dict) else "not predicted"
     if res.get("report"):
         rec["replay"] = res["report"]
+    if res.get("windows"):
+        rec["replay_windows"] = res["windows"]
     return rec
 
 
@@ -216,13 +237,16 @@ def versions() -> dict[str, Any]:
 def assemble(rows: list[dict[str, Any]], skipped: list[dict[str, str]], meta: dict[str, Any]) -> dict[str, Any]:
     """The accuracy document: the serving constants fitted on every row give ``predicted`` (what ``spica
     evaluate`` prints once they ship), and leave-one-model-out fits give ``predicted_oof`` and ``band_oof``."""
-    from bench.accuracy_cv import compare_forms, fit, in_sample_bands, out_of_fold, predict, trust_summary
+    from bench.accuracy_cv import (compare_forms, fit_window, in_sample_bands, out_of_fold, predict, trust_summary,
+                                   window_curve)
     from spica_core.space.facts import model_facts
 
     rows = sorted(rows, key=lambda r: r["id"])
     skipped = sorted(skipped, key=lambda r: r["id"])
-    constants = fit(rows)
+    window, constants = fit_window(rows)
     for r in rows:
+        if "replay_windows" in r:   # the replay spica evaluate runs once the window ships
+            r["replay"].update(r["replay_windows"][window_key(window)])
         r["predicted"] = {k: round(v, 3) for k, v in predict(r, constants).items()}
         r["replay"]["serving_overhead_ms"] = constants[r["backend"]]["ms"]   # the constant ``predicted`` adds
     shipped = in_sample_bands(rows)
@@ -230,10 +254,14 @@ def assemble(rows: list[dict[str, Any]], skipped: list[dict[str, str]], meta: di
     for r in rows:
         r["band"] = shipped[r["id"]]
         r["predicted_oof"], r["band_oof"] = oof[r["id"]]["predicted_oof"], oof[r["id"]]["band_oof"]
-    meta = {**meta, "serving": {"request_overhead_ms": constants,
-                                "out_of_fold": {r["model"]: oof[r["id"]]["constants"] for r in rows}}}
+    meta = {**meta, "serving": {"request_overhead_ms": constants, "start_window_ms": window,
+                                "start_windows_tried": list(START_WINDOWS_MS),
+                                "out_of_fold": {r["model"]: oof[r["id"]]["constants"] for r in rows},
+                                "out_of_fold_start_window_ms": {r["model"]: oof[r["id"]]["start_window_ms"]
+                                                                for r in rows}}}
     summary = summarize(rows)
     summary.update(trust_summary(rows))
+    summary["start_windows"] = window_curve(rows)
     summary["forms"] = compare_forms(rows, {m: model_facts(m).num_layers for m in {r["model"] for r in rows}})
     summary["counts"].update({"skipped": len(skipped), "csv_rows": meta.get("csv_rows"),
                               "skip_reasons": dict(Counter(reason_class(s["reason"]) for s in skipped).most_common())})
@@ -254,12 +282,17 @@ def write_serving(doc: dict[str, Any]) -> dict[str, Any]:
     """spica_core/evaluate/data/serving.json: the serving constant per backend, fitted on every row."""
     serving = doc["meta"]["serving"]
     folds = serving["out_of_fold"].values()
+    oof_windows = list(serving["out_of_fold_start_window_ms"].values())
     body = {"schema": 1, "source": "bench/results/accuracy.json",
             "rule": "per backend, the time (ms, at least 0) that makes the median of measured / predicted mean TTFT "
                     "1 over the backend's measured rows; judged leave-one-model-out in docs/accuracy.md",
             "request_overhead_ms": {b: {**c, "out_of_fold_range": [min(f[b] for f in folds if b in f),
                                                                    max(f[b] for f in folds if b in f)]}
-                                    for b, c in serving["request_overhead_ms"].items()}}
+                                    for b, c in serving["request_overhead_ms"].items()},
+            "start_window_ms": {"ms": serving["start_window_ms"], "tried": serving["start_windows_tried"],
+                                "rule": "the window of those tried whose replays, with the constants above refitted "
+                                        "at it, give the least mean TTFT error over the measured rows",
+                                "out_of_fold_range": [min(oof_windows), max(oof_windows)]}}
     SERVING.write_text(json.dumps(body, indent=1) + "\n")
     return body
 

@@ -115,6 +115,9 @@ BAD_FILES = [
     ("SPICA_SERVING_FILE", '{"schema": 2, "request_overhead_ms": {}}', "schema-1 serving file"),
     ("SPICA_SERVING_FILE", '{"schema": 1, "request_overhead_ms": {"vllm": {"ms": -5}}}',
      "request_overhead_ms['vllm']"),
+    ("SPICA_SERVING_FILE", '{"schema": 1, "request_overhead_ms": {"vllm": {"ms": 5}}}', "start_window_ms needs"),
+    ("SPICA_SERVING_FILE", '{"schema": 1, "request_overhead_ms": {}, "start_window_ms": {"ms": -1}}',
+     "start_window_ms needs"),
 ]
 
 

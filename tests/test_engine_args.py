@@ -1,6 +1,7 @@
 """AIC profiles, KV capacity, engine arguments, router and traffic arguments, checked against the engines."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -171,7 +172,7 @@ def test_request_count_scaling() -> None:
         request_count(wl(isl=1, osl=1, kv_load_ratio=0.5, num_request_ratio=2))
 
 
-def test_replay_workload_kwargs_per_load_shape() -> None:
+def test_replay_workload_kwargs_per_load_shape(tmp_path: Path) -> None:
     t = replay_workload(wl(trace_path="x.jsonl", arrival_speedup_ratio=2.0), trace_file="/abs/x.jsonl")
     assert (t.kind, t.trace_path) == ("trace", "/abs/x.jsonl")
     assert t.kwargs == {"arrival_speedup_ratio": 2.0, "trace_block_size": 512, "trace_format": "mooncake"}
@@ -181,10 +182,14 @@ def test_replay_workload_kwargs_per_load_shape() -> None:
                            num_prefix_groups=3))
     assert (r.kind, r.kwargs["arrival_interval_ms"], r.kwargs["request_count"]) == ("synthetic", 250.0, 20)
     assert "replay_concurrency" not in r.kwargs and r.kwargs["shared_prefix_ratio"] == 0.5
-    f = replay_workload(wl(isl=100, osl=10, concurrency=8, num_request_ratio=2))
+    f = replay_workload(wl(isl=100, osl=10, concurrency=8, num_request_ratio=2, start_window_ms=0))
     assert (f.kwargs["replay_concurrency"], f.kwargs["request_count"]) == (8, 16)
-    k = replay_workload(wl(isl=100, osl=10, kv_load_ratio=1.0, num_request_ratio=2), concurrency=50)
+    k = replay_workload(wl(isl=100, osl=10, kv_load_ratio=1.0, num_request_ratio=2, start_window_ms=0), concurrency=50)
     assert (k.kwargs["replay_concurrency"], k.kwargs["request_count"]) == (50, 100)
+    staggered = replay_workload(wl(isl=100, osl=10, kv_load_ratio=1.0, num_request_ratio=2), concurrency=50,
+                                directory=tmp_path)   # the shipped start window: 50 sessions of 2 requests
+    lines = [json.loads(x) for x in Path(staggered.trace_path).read_text().splitlines()]
+    assert staggered.kind == "trace" and len(lines) == 100 and len({x["session_id"] for x in lines}) == 50
 
 
 @pytest.mark.parametrize("mode", ["agg", "disagg"])

@@ -1,4 +1,5 @@
-"""workload.length_spread: a closed loop of identical requests runs in lock-step waves; spread lengths do not."""
+"""workload.length_spread: a closed loop of identical requests started together runs in lock-step waves; spread
+lengths do not (tests/test_start_window.py: the other way out, a start window)."""
 from __future__ import annotations
 
 import json
@@ -31,12 +32,12 @@ def test_an_open_loop_keeps_its_rate_and_a_closed_loop_its_cap(tmp_path: Path) -
     assert [r["timestamp"] for r in rows[:3]] == [0.0, 250.0, 500.0]
     closed = replay_workload(_config(concurrency=8, length_spread=0.2).workload, directory=tmp_path)
     assert closed.kwargs["replay_concurrency"] == 8
-    assert replay_workload(_config(concurrency=8).workload).kind == "synthetic"     # 0: as before
+    assert replay_workload(_config(concurrency=8, start_window_ms=0).workload).kind == "synthetic"   # 0: as before
 
 
 def test_spread_lengths_break_the_lock_step_waves_of_a_closed_loop() -> None:
     def ttft(spread: float) -> float:
-        config = _config(concurrency=8, length_spread=spread)
+        config = _config(concurrency=8, length_spread=spread, **({} if spread else {"start_window_ms": 0}))
         cand = Candidate.unroll(config.search_space, {"deployment_mode": "agg"},
                                 ParallelConfig.from_dict("agg", {"tp": 2}))
         out = evaluate_one(EvalRequest.from_config(config, cand))

@@ -24,7 +24,8 @@ MODEL, SKU = "Qwen/Qwen3-32B", "h200_sxm"
 def serving_file(tmp_path: Path, **ms: float) -> Path:
     """A serving file of its own name per content (files are read once per path and process)."""
     path = tmp_path / ("serving-" + "-".join(f"{b}{v:g}" for b, v in sorted(ms.items())) + ".json")
-    path.write_text(json.dumps({"schema": 1, "request_overhead_ms": {b: {"ms": v} for b, v in ms.items()}}))
+    path.write_text(json.dumps({"schema": 1, "request_overhead_ms": {b: {"ms": v} for b, v in ms.items()},
+                                "start_window_ms": {"ms": 0.0}}))
     return path
 
 

@@ -25,7 +25,8 @@ def _kv_load(value: Any, path: str) -> float:
     return float(value)
 
 
-_SYNTHETIC_FIELDS = ("isl", "osl", "request_rate", "concurrency", "kv_load_ratio", "num_request_ratio")
+_SYNTHETIC_FIELDS = ("isl", "osl", "request_rate", "concurrency", "kv_load_ratio", "num_request_ratio",
+                     "start_window_ms")
 
 
 class Workload(_Model):
@@ -42,7 +43,13 @@ class Workload(_Model):
     length_spread: Annotated[float, Field(ge=0, lt=1), BeforeValidator(_no_bool)] = Field(
         default=0.0, description="synthetic only: each request's isl and osl drawn uniformly from "
                                  "[(1 - spread) × L, L], as serving benchmarks do (InferenceX: 0.2); 0 gives "
-                                 "identical requests, which a closed loop runs in lock-step waves")
+                                 "identical requests (see start_window_ms)")
+    start_window_ms: Annotated[float, Field(ge=0, allow_inf_nan=False), BeforeValidator(_no_bool)] | None = Field(
+        default=None, description="a closed loop of identical requests (concurrency or kv_load_ratio, length_spread "
+                                  "0, single turn, no shared prefix): its first requests arrive evenly over this "
+                                  "window instead of at once, as timing noise spreads them on real engines; 0 "
+                                  "starts them together, which the replay then runs in lock-step waves; unset: "
+                                  "the window fitted on measured rows (docs/accuracy.md)")
     shared_prefix_ratio: Annotated[float, Field(ge=0, le=1)] = 0.0
     num_prefix_groups: _int_upto(limits.PREFIX_GROUPS, minimum=0) = 0
     turns_per_session: _int_upto(limits.TURNS_PER_SESSION) = 1
@@ -75,6 +82,12 @@ class Workload(_Model):
         return self.trace_path is not None
 
     @property
+    def staggers(self) -> bool:
+        """A closed loop of identical single-turn requests, whose first wave ``start_window_ms`` spreads."""
+        return (not self.is_trace and self.request_rate is None and self.length_spread == 0
+                and self.turns_per_session == 1 and self.shared_prefix_ratio == 0)
+
+    @property
     def kv_load_range(self) -> tuple[float, float] | None:
         return tuple(self.kv_load_ratio) if isinstance(self.kv_load_ratio, list) else None  # type: ignore[return-value]
 
@@ -100,6 +113,10 @@ class Workload(_Model):
         for name in ("isl", "osl", "num_request_ratio"):
             if getattr(self, name) is None:
                 raise FieldError(name, "is required for a synthetic workload (isl, osl, num_request_ratio)")
+        if self.start_window_ms is not None and not self.staggers:
+            raise FieldError("start_window_ms", "applies to a closed loop of identical requests (concurrency or "
+                             "kv_load_ratio, length_spread 0, turns_per_session 1, shared_prefix_ratio 0)",
+                             self.start_window_ms, True)
         load = self.concurrency or self.request_rate
         if load is not None:
             requests = round(float(self.num_request_ratio or 0) * load) * self.turns_per_session

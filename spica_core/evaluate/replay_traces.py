@@ -1,5 +1,6 @@
-"""Mooncake JSONL traces the replay reads: a trace fitted to the context, and ``workload.length_spread``'s
-synthetic requests. The examples' and tests' generated traffic is ``examples/make_traces.py``."""
+"""Mooncake JSONL traces the replay reads: a trace fitted to the context, ``workload.length_spread``'s
+synthetic requests, and a closed loop of identical requests started over ``workload.start_window_ms``. The
+examples' and tests' generated traffic is ``examples/make_traces.py``."""
 from __future__ import annotations
 
 import json
@@ -92,4 +93,28 @@ def spread_trace(isl: int, osl: int, count: int, spread: float, interval_ms: flo
                                  "hash_ids": list(range(next_id, next_id + blocks))}, separators=(",", ":")) + "\n")
         next_id += blocks
     write_file(path, "".join(lines))
+    return path
+
+
+def staggered_trace(isl: int, osl: int, count: int, lanes: int, window_ms: float, directory: Path,
+                    block: int = TRACE_BLOCK_SIZE) -> Path:
+    """A closed loop of ``count`` identical requests as ``lanes`` sessions (the replay runs a session's turns one
+    after another, each as its previous one completes), lane i's first request at i × window ÷ lanes and each next one as soon as the one before completes: the same
+    load as ``replay_concurrency=lanes``, but with the first wave spread over ``window_ms``. Prompts unshared;
+    written once per spec, atomically."""
+    from spica_core.store import fingerprint, write_file
+
+    key = fingerprint({"isl": isl, "osl": osl, "count": count, "lanes": lanes, "window_ms": window_ms,
+                       "block": block})
+    path = Path(directory) / f"staggered-{key}.jsonl"
+    if path.is_file():
+        return path
+    blocks = -(-isl // block)
+    lines = []
+    for i in range(count):
+        lane, turn = i % lanes, i // lanes
+        row = {"session_id": f"lane-{lane}", "timestamp": round(lane * window_ms / lanes, 3), "delay": 0,
+               "input_length": isl, "output_length": osl, "hash_ids": list(range(i * blocks, (i + 1) * blocks))}
+        lines.append((lane, turn, json.dumps(row, separators=(",", ":")) + "\n"))
+    write_file(path, "".join(line for _, _, line in sorted(lines)))
     return path

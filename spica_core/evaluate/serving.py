@@ -7,7 +7,8 @@ of ``bench/bench_accuracy.py`` that path is worth a roughly constant time per re
 and TRT-LLM and none beyond the replay on vLLM, once its prefill passes pay their per-layer
 dispatch time (``spica_core.space.profiles.PREFILL_DISPATCH_MS_PER_LAYER``).
 
-``data/serving.json`` ships that constant per backend, ``request_overhead_ms``. The accuracy
+``data/serving.json`` ships that constant per backend, ``request_overhead_ms``, and the window a closed loop
+of identical requests starts over (``start_window_ms``, read by ``spica_core.evaluate.workload``). The accuracy
 benchmark fits it so that the median of measured ÷ predicted TTFT over the backend's rows is 1
 (never below 0 ms), and judges it out of fold, each model's rows predicted by a constant fitted
 without them (docs/accuracy.md). The time is spent outside the engine, so it delays the request's
@@ -51,6 +52,7 @@ class ServingTable:
 
     path: str
     request_overhead_ms: Mapping[str, float]   # backend -> ms added to every request's TTFT and E2E
+    start_window_ms: float                     # a closed loop of identical requests starts over this window
 
     def overhead_ms(self, backend: str) -> float:
         return float(self.request_overhead_ms.get(backend, 0.0))
@@ -107,7 +109,8 @@ def load_serving(path: str | Path | None = None) -> ServingTable:
 @lru_cache(maxsize=4)
 def _load(path: str) -> ServingTable:
     fix = "regenerate it with `python bench/bench_accuracy.py --docs-only`, or unset SPICA_SERVING_FILE"
-    table = read_data_file(path, "serving", SERVING_SCHEMA, "request_overhead_ms", fix)["request_overhead_ms"]
+    body = read_data_file(path, "serving", SERVING_SCHEMA, "request_overhead_ms", fix)
+    table = body["request_overhead_ms"]
     out: dict[str, float] = {}
     for backend, entry in table.items():
         value = entry.get("ms") if isinstance(entry, dict) else None
@@ -115,7 +118,10 @@ def _load(path: str) -> ServingTable:
             raise BandFileError(f"serving file {path}: request_overhead_ms[{backend!r}] needs 'ms', a finite "
                                 f"number >= 0; {fix}")
         out[str(backend)] = float(value)
-    return ServingTable(path, out)
+    window = body["start_window_ms"].get("ms") if isinstance(body.get("start_window_ms"), dict) else None
+    if not isinstance(window, (int, float)) or isinstance(window, bool) or not math.isfinite(window) or window < 0:
+        raise BandFileError(f"serving file {path}: start_window_ms needs 'ms', a finite number >= 0; {fix}")
+    return ServingTable(path, out, float(window))
 
 
 __all__ = ["ServingTable", "SERVING_FILE", "load_serving", "polling_delay_ms", "serving_file", "served_report",

@@ -17,7 +17,7 @@ from spica_core.errors import InfeasibleKVCapacityError
 from spica_core.space.kv import kv_tokens_per_rank
 from spica_core.deployment import Candidate, KVLoad
 from spica_core.config.trace import TRACE_BLOCK_SIZE
-from spica_core.evaluate.replay_traces import spread_trace
+from spica_core.evaluate.replay_traces import spread_trace, staggered_trace
 from spica_core.space.facts import cache_dir
 
 
@@ -62,10 +62,22 @@ def request_count(workload: Workload, concurrency_override: int | None = None) -
     return max(1, round(float(workload.num_request_ratio or 0.0) * load))
 
 
+def start_window_ms(workload: Workload) -> float:
+    """The window a closed loop of identical requests starts over: the workload's own, else the shipped one
+    (``data/serving.json``); 0 for any other load, whose lengths, rate or trace already spread it."""
+    if not workload.staggers:
+        return 0.0
+    if workload.start_window_ms is not None:
+        return float(workload.start_window_ms)
+    from spica_core.evaluate.serving import load_serving
+
+    return load_serving().start_window_ms
+
+
 def replay_workload(workload: Workload, *, trace_file: str | None = None, concurrency: int | None = None,
                     directory: Path | None = None) -> ReplayWorkload:
     """The traffic kwargs of one replay. ``concurrency`` is the candidate's resolved KV-load concurrency;
-    ``directory`` keeps a ``length_spread`` workload's generated trace."""
+    ``directory`` keeps a ``length_spread`` or staggered closed loop's generated trace."""
     if workload.is_trace:
         path = trace_file or workload.trace_path
         kwargs: dict[str, Any] = {"arrival_speedup_ratio": float(workload.arrival_speedup_ratio),
@@ -74,8 +86,8 @@ def replay_workload(workload: Workload, *, trace_file: str | None = None, concur
             kwargs["replay_concurrency"] = int(workload.replay_concurrency)
         return ReplayWorkload("trace", kwargs, str(path))
     cap = effective_in_flight_cap(workload, concurrency)
+    count = request_count(workload, concurrency if workload.kv_load_ratio is not None else None)
     if workload.length_spread > 0:
-        count = request_count(workload, concurrency if workload.kv_load_ratio is not None else None)
         interval = 0.0 if cap is not None else synthetic_arrival_interval_ms(workload)
         path = spread_trace(int(workload.isl), int(workload.osl), count, float(workload.length_spread), interval,
                             directory or cache_dir())
@@ -84,8 +96,13 @@ def replay_workload(workload: Workload, *, trace_file: str | None = None, concur
         if cap is not None:
             spread_kwargs["replay_concurrency"] = int(cap)
         return ReplayWorkload("trace", spread_kwargs, str(path))
+    window = start_window_ms(workload)
+    if cap is not None and window > 0:
+        path = staggered_trace(int(workload.isl), int(workload.osl), count, int(cap), window, directory or cache_dir())
+        return ReplayWorkload("trace", {"arrival_speedup_ratio": 1.0, "trace_block_size": TRACE_BLOCK_SIZE,
+                                        "trace_format": "mooncake"}, str(path))
     kwargs = {"input_tokens": int(workload.isl), "output_tokens": int(workload.osl),
-              "request_count": request_count(workload, concurrency if workload.kv_load_ratio is not None else None),
+              "request_count": count,
               "turns_per_session": int(workload.turns_per_session),
               "shared_prefix_ratio": float(workload.shared_prefix_ratio),
               "num_prefix_groups": int(workload.num_prefix_groups),
@@ -151,5 +168,5 @@ def resolve_kv_load(candidate: Candidate, workload: Workload, ratio: float) -> t
     return concurrency, KVLoad(float(ratio), capacity, capacity_concurrency, caps)
 
 
-__all__ = ["ReplayWorkload", "scaled_workload", "replay_workload", "request_count", "effective_in_flight_cap", "resolve_kv_load",
+__all__ = ["ReplayWorkload", "start_window_ms", "scaled_workload", "replay_workload", "request_count", "effective_in_flight_cap", "resolve_kv_load",
            "role_kv_capacity_tokens", "synthetic_arrival_interval_ms", "TRACE_BLOCK_SIZE"]
