@@ -27,6 +27,10 @@ def test_every_row_carries_the_contract_fields() -> None:
         rep = r["replay"]         # the replay alone plus the shipped constant is the prediction
         assert rep["mean_ttft_ms"] + rep["serving_overhead_ms"] == pytest.approx(r["predicted"]["ttft_ms"], abs=2e-3)
         assert rep["serving_overhead_ms"] == doc["meta"]["serving"]["request_overhead_ms"][r["backend"]]["ms"]
+        if "replay_windows" in r:   # a closed loop of identical requests: the replay at the shipped window
+            shipped = r["replay_windows"][f"{doc['meta']['serving']['start_window_ms']:g}"]
+            assert (rep["mean_ttft_ms"], rep["mean_itl_ms"]) == (shipped["mean_ttft_ms"], shipped["mean_itl_ms"])
+    assert sum("replay_windows" in r for r in doc["rows"]) > 500
     for block in ("in_sample", "out_of_fold"):
         overall = doc["summary"][block]["overall"]
         assert overall["rows"] == len(doc["rows"]) and set(overall["coverage"]) == {"ttft_ms", "tpot_ms"}
@@ -44,6 +48,8 @@ def test_predicted_is_what_spica_evaluate_prints() -> None:
                       and r["concurrency"] <= 16), key=lambda r: r["id"]))   # SGLang's polling wait included
     picks.append(min((r for r in rows if r["config"]["search_space"].get("aic_nextn")
                       and r["concurrency"] <= 16), key=lambda r: r["id"]))   # a row replayed with its recipe's MTP
+    picks.append(min((r for r in rows if "replay_windows" in r and r["concurrency"] <= 16),
+                     key=lambda r: r["id"]))   # a closed loop of identical requests, started over the shipped window
     for row in picks:
         _, request = build(row["config"])
         outcome = evaluate_one(request)
