@@ -98,10 +98,10 @@ def spread_trace(isl: int, osl: int, count: int, spread: float, interval_ms: flo
 
 def staggered_trace(isl: int, osl: int, count: int, lanes: int, window_ms: float, directory: Path,
                     block: int = TRACE_BLOCK_SIZE) -> Path:
-    """A closed loop of ``count`` identical requests as ``lanes`` sessions (the replay runs a session's turns one
-    after another, each as its previous one completes), lane i's first request at i × window ÷ lanes and each next one as soon as the one before completes: the same
-    load as ``replay_concurrency=lanes``, but with the first wave spread over ``window_ms``. Prompts unshared;
-    written once per spec, atomically."""
+    """A closed loop of ``count`` identical requests as ``lanes`` sessions (the replay sends a session's next
+    request as soon as its previous one completes), lane i's first request at i × window ÷ lanes: the load of
+    ``replay_concurrency=lanes``, with the first wave spread over ``window_ms``. Prompts unshared; written once
+    per spec, atomically."""
     from spica_core.store import fingerprint, write_file
 
     key = fingerprint({"isl": isl, "osl": osl, "count": count, "lanes": lanes, "window_ms": window_ms,
