@@ -416,8 +416,9 @@ CAUSES = [
     "apart and the waves dissolve, while the deterministic replay keeps them, and keeps re-forming them: a wave "
     "split by a little arrival noise merges again behind the next long prefill pass. Such a loop now starts "
     "with its first requests spread over the fitted start window (What Spica adds, 4): a vLLM Qwen3-32B / H100 "
-    "TP2 row at 1,024/128, c = 8, measured 154 ms, replays at 529 ms started together and 123 ms spread over "
-    "1 s, and its TPOT moves from 14.2 to 20.0 ms (18.0 measured) as prefills share steps with decodes. The "
+    "TP2 row at 1,024/128, c = 8, measured 154 ms, replays at 529 ms started together, 181 ms spread over "
+    "500 ms and 123 ms over 1 s, and its TPOT moves from 14.2 to 18.4 ms at 500 ms (18.0 measured) as prefills "
+    "share steps with decodes. The "
     "table under What Spica adds gives every window tried. (To see the other reading, set a row's "
     "`workload.length_spread` to 0.2 and `num_request_ratio` to 10, or its `start_window_ms` to 0, and run "
     "`spica evaluate` on it.)",
