@@ -5,6 +5,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from spica_core.space.precision import precision_of
@@ -142,3 +143,24 @@ def test_goodput_equals_recomputation_from_per_request_data(traces: dict[str, Pa
     assert rep["goodput_output_throughput_tok_s"] == pytest.approx(tok_s, rel=1e-9)
     assert out.score == pytest.approx(tok_s, rel=1e-9)
     assert sla_kwargs(cfg.goal) == {"sla_ttft_ms": 400.0, "sla_itl_ms": 32.0}
+
+
+def test_latency_means_come_from_exact_sums_whatever_order_the_requests_are_in() -> None:
+    """A staggered closed loop replays as sessions, which the runtime sums in an order that varies between
+    processes; the summary's means and deviations are recomputed from the per-request records exactly."""
+    from spica_core.evaluate.replay import exact_moments
+
+    records = [{"terminal_status": "completed", "ttft_ms": 0.1 * (i % 7) + 1e3 * (i % 3), "ttst_ms": 5.0 + i,
+                "e2e_latency_ms": 2e3 + 0.3 * i, "output_length": 10} for i in range(200)]
+    records.append({"terminal_status": "rejected", "ttft_ms": None, "e2e_latency_ms": None, "output_length": 0})
+    summary = {f"{s}_{k}": 0.0 for s in ("mean", "std") for k in ("ttft_ms", "ttst_ms", "e2e_latency_ms", "tpot_ms")}
+    summary.update(num_ttft_samples=200, num_e2e_latency_samples=200, num_tpot_samples=200)
+    forward, backward = exact_moments(records, summary), exact_moments(records[::-1], summary)
+    assert forward == backward and set(forward) == set(summary) - {"num_ttft_samples", "num_e2e_latency_samples",
+                                                                   "num_tpot_samples"}
+    ttfts = [r["ttft_ms"] for r in records[:200]]
+    assert forward["mean_ttft_ms"] == pytest.approx(sum(ttfts) / 200, rel=1e-15)
+    assert forward["std_ttft_ms"] == pytest.approx(float(np.std(ttfts)), rel=1e-12)      # population deviation
+    assert forward["mean_tpot_ms"] == pytest.approx((2e3 + 0.3 * 99.5 - sum(ttfts) / 200) / 9, rel=1e-12)
+    summary["num_tpot_samples"] = 150                      # the runtime counted otherwise: its value stands
+    assert "mean_tpot_ms" not in exact_moments(records, summary)

@@ -6,6 +6,7 @@ runtime is imported lazily with DYN_LOG=error so its Rust logging stays quiet.
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -68,7 +69,37 @@ def run_replay(spec: ReplaySpec) -> dict[str, Any]:
                            "replay_seconds": elapsed}
     if spec.capture_per_request:
         out["per_request"] = list(result.per_request)
+        summary.update(exact_moments(out["per_request"], summary))
     return out
 
 
-__all__ = ["ReplaySpec", "run_replay"]
+_SAMPLES = {"ttft_ms": "num_ttft_samples", "e2e_latency_ms": "num_e2e_latency_samples",
+            "tpot_ms": "num_tpot_samples", "ttst_ms": None}
+
+
+def exact_moments(per_request: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, float]:
+    """Mean and (population) standard deviation of the per-request latencies over completed requests, from
+    exactly rounded sums. The runtime sums in an order that varies between processes when the requests belong
+    to sessions (a staggered closed loop), which moves its means in the last bits; these do not move, so one
+    replay reports the same numbers in every worker. A family whose sample count differs from the runtime's is
+    left as the runtime reported it."""
+    done = [r for r in per_request if r.get("terminal_status", "completed") == "completed"]
+    values = {"ttft_ms": [r.get("ttft_ms") for r in done], "e2e_latency_ms": [r.get("e2e_latency_ms") for r in done],
+              "ttst_ms": [r.get("ttst_ms") for r in done],
+              "tpot_ms": [(r["e2e_latency_ms"] - r["ttft_ms"]) / (r["output_length"] - 1) for r in done
+                          if (r.get("output_length") or 0) > 1 and r.get("e2e_latency_ms") is not None
+                          and r.get("ttft_ms") is not None]}
+    out: dict[str, float] = {}
+    for name, raw in values.items():
+        xs = [float(x) for x in raw if isinstance(x, (int, float))]
+        count = _SAMPLES[name]
+        if not xs or (count is not None and summary.get(count) != len(xs)) or f"mean_{name}" not in summary:
+            continue
+        mean = math.fsum(xs) / len(xs)
+        out[f"mean_{name}"] = mean
+        if f"std_{name}" in summary:
+            out[f"std_{name}"] = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / len(xs))
+    return out
+
+
+__all__ = ["ReplaySpec", "run_replay", "exact_moments"]
