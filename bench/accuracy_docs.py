@@ -171,7 +171,8 @@ def lead_section(summary: dict[str, Any], meta: dict[str, Any]) -> list[str]:
           "*N* sends its first request at *i* × window ÷ *N*. The window is the one of those tried whose replays, "
           "with the serving constants refitted at it, give the least TTFT MAPE; only AI Configurator's "
           "fixed-length rows are replayed at each (InferenceX's spread lengths spread the requests themselves).",
-          "", "| backend | shipped (all rows) | range over the leave-one-model-out fits | rows |", "|---|---:|---:|---:|"]
+          "", "The serving constant (3):", "",
+          "| backend | shipped (all rows) | range over the leave-one-model-out fits | rows |", "|---|---:|---:|---:|"]
     for b, c in serving.items():
         vals = [f[b] for f in folds.values() if b in f]
         L.append(f"| {b} | {c['ms']:.0f} ms | {min(vals):.0f}–{max(vals):.0f} ms | {c['rows']} |")
@@ -180,7 +181,7 @@ def lead_section(summary: dict[str, Any], meta: dict[str, Any]) -> list[str]:
     curve = summary.get("start_windows", {})
     if window is not None and curve:
         chosen = sorted(set(oof_windows.values()))
-        L += ["", f"Start window shipped: {window:g} ms (the leave-one-model-out fits chose "
+        L += ["", f"The start window (4) shipped: {window:g} ms (the leave-one-model-out fits chose "
               f"{', '.join(f'{w:g}' for w in chosen)} ms). In sample, per window tried, each backend's constant "
               "refitted at it:", "",
               "| start window | TTFT MAPE, all rows | TPOT MAPE, all rows | TTFT MAPE, fixed-length loops | "
