@@ -98,9 +98,7 @@ def fit_window(rows: Sequence[Mapping[str, Any]]) -> tuple[float, dict[str, dict
     best: tuple[float, float, dict[str, dict[str, Any]]] | None = None
     for window in START_WINDOWS_MS:
         constants = fit(rows, window)
-        errors = [abs(predict(r, constants, window)["ttft_ms"] - r["measured"]["ttft_ms"]) / r["measured"]["ttft_ms"]
-                  for r in rows if r["measured"]["ttft_ms"] > 0]
-        score = sum(errors) / len(errors) if errors else 0.0
+        score = _mape(rows, constants, window, "ttft_ms") or 0.0
         if best is None or score < best[0] - 1e-12:
             best = (score, window, constants)
     assert best is not None
@@ -116,15 +114,20 @@ def window_curve(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]
         constants = fit(rows, window)
 
         def mape(subset: Sequence[Mapping[str, Any]], metric: str) -> float | None:
-            errs = [abs(predict(r, constants, window)[metric] - r["measured"][metric]) / r["measured"][metric]
-                    for r in subset if r["measured"][metric] > 0]
-            return round(sum(errs) / len(errs), 4) if errs else None
+            value = _mape(subset, constants, window, metric)
+            return None if value is None else round(value, 4)
 
         out[window_key(window)] = {"ttft_mape": mape(rows, "ttft_ms"), "tpot_mape": mape(rows, "tpot_ms"),
                                    "staggered_ttft_mape": mape(staggered, "ttft_ms"),
                                    "staggered_tpot_mape": mape(staggered, "tpot_ms"), "staggered_rows": len(staggered),
                                    "constants": {b: c["ms"] for b, c in constants.items()}}
     return out
+
+
+def _mape(rows: Sequence[Mapping[str, Any]], constants: Mapping[str, Mapping[str, Any]], window: float | None,
+          metric: str) -> float | None:
+    """MAPE of ``metric`` over rows predicted with these constants at start ``window`` (None without rows)."""
+    return error_stats((r["measured"][metric], predict(r, constants, window)[metric]) for r in rows)["mape"]
 
 
 def predict(row: Mapping[str, Any], constants: Mapping[str, Mapping[str, Any]],
