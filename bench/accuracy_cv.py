@@ -6,10 +6,13 @@ is the only number fitted to measured rows. It is fitted so that the median of m
 TTFT over the backend's rows is 1 (an unbiased prediction), and never below 0 ms.
 
 Out of fold, a row of model M is predicted with constants fitted on every row of the other models
-(``predicted_oof``). Its band (``band_oof``) is the quantiles of measured ÷ predicted over the other
-models' rows, predicted with the same constants, in the row's group (the backend's rows, then all rows:
-its own model's group is never there, as for a model the shipped band file has never seen). What ships is fitted on all rows. Nothing here
-runs a replay: each row carries its raw replay (``replay.mean_ttft_ms`` / ``replay.mean_itl_ms``).
+(``predicted_oof``). A model is its network (``fold``, see ``assign_folds``): checkpoints of one network,
+such as an NVFP4 export or the DeepSeek-V3 rows that InferenceX measured serving DeepSeek-R1, leave the fit
+together, so no measurement helps predict itself under another name. Its band (``band_oof``) is the
+quantiles of measured ÷ predicted over the other models' rows, predicted with the same constants, in the
+row's group (the backend's rows, then all rows: its own model's group is never there, as for a model the
+shipped band file has never seen). What ships is fitted on all rows. Nothing here runs a replay: each row
+carries its raw replay (``replay.mean_ttft_ms`` / ``replay.mean_itl_ms``).
 """
 from __future__ import annotations
 
@@ -155,17 +158,31 @@ def _band(row: Mapping[str, Any], prediction: Mapping[str, float], table: Mappin
     return out
 
 
+def assign_folds(rows: Sequence[dict[str, Any]], network: Mapping[str, str]) -> None:
+    """Set each row's ``fold``: the first model id (in sorted order) of the rows whose model has the same
+    network (``network``: model -> its architecture and dimensions, ``ModelFacts.network``)."""
+    first: dict[str, str] = {}
+    for model in sorted({r["model"] for r in rows}):
+        first.setdefault(network[model], model)
+    for r in rows:
+        r["fold"] = first[network[r["model"]]]
+
+
+def fold_of(row: Mapping[str, Any]) -> str:
+    return str(row.get("fold") or row["model"])
+
+
 def out_of_fold(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """id -> {constants, start_window_ms, predicted_oof, band_oof}: each row from a fit (window and serving
-    constants) and bands without any row of its model."""
+    constants) and bands without any row of its fold (its model's network)."""
     out: dict[str, dict[str, Any]] = {}
-    for model in sorted({r["model"] for r in rows}):
-        train = [r for r in rows if r["model"] != model]
+    for fold in sorted({fold_of(r) for r in rows}):
+        train = [r for r in rows if fold_of(r) != fold]
         window, constants = fit_window(train)
         scored = [{**r, "predicted": predict(r, constants, window)} for r in train]
         table = bands(scored, MIN_BAND_ROWS)
         for r in rows:
-            if r["model"] != model:
+            if fold_of(r) != fold:
                 continue
             pred = predict(r, constants, window)
             out[r["id"]] = {"constants": {b: c["ms"] for b, c in constants.items()}, "start_window_ms": window,
@@ -212,13 +229,61 @@ def trust_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                                   for k in sorted({str(r[g]) for r in rows})}
         common = [r for r in rows if all(isinstance(r.get(p), Mapping) and r[p].get("ttft_ms") for p in PEERS)]
         block["common"] = accuracy_block(common, prediction, band_field)   # the rows every peer predicted too
+        block["distinct"] = accuracy_block(distinct(rows), prediction, band_field)
         out[name] = block
+    return out
+
+
+def distinct(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """One row per measurement: aiconfigurator-core's sample lists some InferenceX runs under two or three ids
+    (the same run in two dated CSVs and in the database dump, DeepSeek-R1's also as DeepSeek-V3); the first id
+    of each (fold, SKU, backend, lengths, concurrency, measured TTFT and TPOT) stands for it."""
+    seen: set[tuple[Any, ...]] = set()
+    out = []
+    for r in sorted(rows, key=lambda r: r["id"]):
+        key = (fold_of(r), r["system"], r["backend"], r.get("isl"), r.get("osl"), r.get("concurrency"),
+               round(float(r["measured"]["ttft_ms"]), 6), round(float(r["measured"]["tpot_ms"]), 6))
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    return out
+
+
+CEILING_GROUPS = {"backend": ("backend",), "backend, SKU": ("backend", "system"),
+                  "model, SKU, backend, precision": ("model", "system", "backend", "precision")}
+
+
+def scale_ceiling(rows: Sequence[Mapping[str, Any]], prediction: str = "predicted_oof") -> dict[str, dict[str, float]]:
+    """The least MAPE any one multiplicative correction per group could reach, fitted on the rows it is judged
+    on (so a bound, never a result): per metric and grouping, each group's prediction scaled by the factor of
+    least MAPE (the median of measured ÷ predicted weighted by predicted ÷ measured)."""
+    out: dict[str, dict[str, float]] = {}
+    for metric in _BAND_METRIC:
+        out[metric] = {}
+        for label, keys in CEILING_GROUPS.items():
+            groups: dict[tuple[Any, ...], list[tuple[float, float]]] = {}
+            for r in rows:
+                m, p = float(r["measured"][metric]), float((r.get(prediction) or {}).get(metric) or 0.0)
+                if m > 0 and p > 0:
+                    groups.setdefault(tuple(r.get(k) for k in keys), []).append((m, p))
+            total, n = 0.0, 0
+            for pairs in groups.values():
+                ratios = sorted((m / p, p / m) for m, p in pairs)
+                half, seen, factor = sum(w for _, w in ratios) / 2, 0.0, ratios[-1][0]
+                for x, w in ratios:
+                    seen += w
+                    if seen >= half:
+                        factor = x
+                        break
+                total += sum(abs(factor * p / m - 1) for m, p in pairs)
+                n += len(pairs)
+            out[metric][label] = round(total / n, 4) if n else float("nan")
     return out
 
 
 def compare_forms(rows: Sequence[Mapping[str, Any]], layers: Mapping[str, int]) -> dict[str, dict[str, Any]]:
     """Other forms of the serving term, each fitted per backend and judged the same way (in sample and
-    leave-one-model-out), on TTFT: the replay alone, the shipped constant, a time per decoder layer
+    leave-one-fold-out), on TTFT: the replay alone, the shipped constant, a time per decoder layer
     (``layers``: model -> layer count), and the constant of least MAPE (which trades the median for it).
 
     A form is (fit on training rows -> coefficient, a row's unit): the term is coefficient × unit, fitted
@@ -243,15 +308,17 @@ def compare_forms(rows: Sequence[Mapping[str, Any]], layers: Mapping[str, int]) 
         for backend in sorted({r["backend"] for r in rows}):
             mine = [r for r in rows if r["backend"] == backend]
             everyone = fit_form(mine)
-            folds = {m: fit_form([t for t in mine if t["model"] != m]) for m in {r["model"] for r in mine}}
+            folds = {f: fit_form([t for t in mine if fold_of(t) != f]) for f in {fold_of(r) for r in mine}}
             for r in mine:
                 m, replay = r["measured"]["ttft_ms"], raw(r)["ttft_ms"]
                 ins.append((m, replay + everyone * unit(r)))
-                per_backend.setdefault(backend, []).append((m, replay + folds[r["model"]] * unit(r)))
+                per_backend.setdefault(backend, []).append((m, replay + folds[fold_of(r)] * unit(r)))
         oof = [pair for v in per_backend.values() for pair in v]
         out[name] = {"in_sample": error_stats(ins), "out_of_fold": error_stats(oof),
                      "out_of_fold_by_backend": {b: error_stats(v) for b, v in per_backend.items()}}
     return out
 
 
-__all__ = ["START_WINDOWS_MS", "window_key", "fit_window", "window_curve", "fit_overhead", "fit_least_mape", "compare_forms", "fit", "predict", "out_of_fold", "in_sample_bands", "coverage", "trust_summary", "raw"]
+__all__ = ["START_WINDOWS_MS", "window_key", "fit_window", "window_curve", "fit_overhead", "fit_least_mape",
+           "compare_forms", "fit", "predict", "assign_folds", "fold_of", "out_of_fold", "in_sample_bands", "coverage",
+           "trust_summary", "distinct", "scale_ceiling", "raw"]

@@ -120,12 +120,23 @@ def lead_section(summary: dict[str, Any], meta: dict[str, Any]) -> list[str]:
     counts = summary["counts"]
     serving = meta.get("serving", {}).get("request_overhead_ms", {})
     folds = meta.get("serving", {}).get("out_of_fold", {})
+    model_folds = meta.get("serving", {}).get("folds", {})
+    shared = {f: sorted(m for m, g in model_folds.items() if g == f) for f in set(model_folds.values())}
+    shared = {f: ms for f, ms in shared.items() if len(ms) > 1}
     L = ["## Out of fold: a model Spica was not fitted on", "",
          "Each row is predicted with the serving constants fitted on every row of the *other* models "
          "(`predicted_oof`, leave-one-model-out), and its band is the quantiles of measured ÷ predicted over the "
          "other models' rows (`band_oof`). That is how Spica does on a model it has never seen measured; "
-         "in sample (`predicted`, the shipped constants and bands) is the second line.", "", TRUST_HEADER,
-         _trust_line("Spica, out of fold", oof["overall"]), _trust_line("Spica, in sample", ins["overall"])]
+         "in sample (`predicted`, the shipped constants and bands) is the second line. A model is its network "
+         "(the row's `fold`): ids with the same architecture and dimensions leave the fit together, so an NVFP4 "
+         "export, or the DeepSeek-V3 rows that InferenceX measured serving DeepSeek-R1, never help predict "
+         "their own measurements"
+         + (" (" + "; ".join(" with ".join(f"`{m}`" for m in ms) for ms in sorted(shared.values())) + ")"
+            if shared else "")
+         + f": {len(set(model_folds.values()))} folds. The third line counts each measurement once (the "
+         "sample lists some InferenceX runs under two or three ids).", "", TRUST_HEADER,
+         _trust_line("Spica, out of fold", oof["overall"]), _trust_line("Spica, in sample", ins["overall"]),
+         _trust_line("Spica, out of fold, each measurement once", oof["distinct"])]
     for s in ("aic", "aisim"):
         t, p = o[f"{s}_ttft_ms"], o[f"{s}_tpot_ms"]
         L.append(f"| {SYSTEM_NAMES[s]} (its {t['rows']} rows) | {t['rows']} | {_pct(t['mape'])} | "
@@ -150,6 +161,15 @@ def lead_section(summary: dict[str, Any], meta: dict[str, Any]) -> list[str]:
     for name, get, ok, text in TARGETS:
         x = get(oof)
         L.append(f"| {name} | {text} | {_f2(x)} | {'met' if x is not None and ok(x) else '**not met**'} |")
+    ceiling = summary.get("scale_ceiling")
+    if ceiling:
+        L += ["", "How far a correction factor could go: the out-of-fold predictions, each group's scaled by the "
+              "one factor of least MAPE fitted on that group's own rows (in sample, so a bound, not a result):", "",
+              "| one factor per | TTFT MAPE | TPOT MAPE |", "|---|---:|---:|"]
+        L += [f"| {label} | {ceiling['ttft_ms'][label]:.3f} | {ceiling['tpot_ms'][label]:.3f} |"
+              for label in ceiling["ttft_ms"]]
+        L += ["", "What is left after a factor per group is the spread inside the group: how the error moves with "
+              "concurrency, lengths and TP within one model, SKU and engine (causes 9, 13)."]
     L += ["", "### What Spica adds to the replay", "",
           "1. **Prefill dispatch on vLLM** (`spica_core/space/profiles.py`, not fitted): every vLLM prefill pass "
           "pays 0.8 ms per decoder layer of host-side kernel dispatch, AI Configurator's own constant for vLLM. "
@@ -172,7 +192,7 @@ def lead_section(summary: dict[str, Any], meta: dict[str, Any]) -> list[str]:
           "with the serving constants refitted at it, give the least TTFT MAPE; only AI Configurator's "
           "fixed-length rows are replayed at each (InferenceX's spread lengths spread the requests themselves).",
           "", "The serving constant (3):", "",
-          "| backend | shipped (all rows) | range over the leave-one-model-out fits | rows |", "|---|---:|---:|---:|"]
+          "| backend | shipped (all rows) | range over the leave-one-out fits | rows |", "|---|---:|---:|---:|"]
     for b, c in serving.items():
         vals = [f[b] for f in folds.values() if b in f]
         L.append(f"| {b} | {c['ms']:.0f} ms | {min(vals):.0f}–{max(vals):.0f} ms | {c['rows']} |")
@@ -181,7 +201,7 @@ def lead_section(summary: dict[str, Any], meta: dict[str, Any]) -> list[str]:
     curve = summary.get("start_windows", {})
     if window is not None and curve:
         chosen = sorted(set(oof_windows.values()))
-        L += ["", f"The start window (4) shipped: {window:g} ms (the leave-one-model-out fits chose "
+        L += ["", f"The start window (4) shipped: {window:g} ms (the leave-one-out fits chose "
               f"{', '.join(f'{w:g}' for w in chosen)} ms). In sample, per window tried, each backend's constant "
               "refitted at it:", "",
               "| start window | TTFT MAPE, all rows | TPOT MAPE, all rows | TTFT MAPE, fixed-length loops | "

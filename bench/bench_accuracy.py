@@ -237,12 +237,13 @@ def versions() -> dict[str, Any]:
 def assemble(rows: list[dict[str, Any]], skipped: list[dict[str, str]], meta: dict[str, Any]) -> dict[str, Any]:
     """The accuracy document: the serving constants fitted on every row give ``predicted`` (what ``spica
     evaluate`` prints once they ship), and leave-one-model-out fits give ``predicted_oof`` and ``band_oof``."""
-    from bench.accuracy_cv import (compare_forms, fit_window, in_sample_bands, out_of_fold, predict, trust_summary,
-                                   window_curve)
+    from bench.accuracy_cv import (assign_folds, compare_forms, fit_window, in_sample_bands, out_of_fold, predict,
+                                   scale_ceiling, trust_summary, window_curve)
     from spica_core.space.facts import model_facts
 
     rows = sorted(rows, key=lambda r: r["id"])
     skipped = sorted(skipped, key=lambda r: r["id"])
+    assign_folds(rows, {m: model_facts(m).network for m in {r["model"] for r in rows}})
     window, constants = fit_window(rows)
     for r in rows:
         if "replay_windows" in r:   # the replay spica evaluate runs once the window ships
@@ -256,13 +257,15 @@ def assemble(rows: list[dict[str, Any]], skipped: list[dict[str, str]], meta: di
         r["predicted_oof"], r["band_oof"] = oof[r["id"]]["predicted_oof"], oof[r["id"]]["band_oof"]
     meta = {**meta, "serving": {"request_overhead_ms": constants, "start_window_ms": window,
                                 "start_windows_tried": list(START_WINDOWS_MS),
-                                "out_of_fold": {r["model"]: oof[r["id"]]["constants"] for r in rows},
-                                "out_of_fold_start_window_ms": {r["model"]: oof[r["id"]]["start_window_ms"]
-                                                                for r in rows}}}
+                                "out_of_fold": {r["fold"]: oof[r["id"]]["constants"] for r in rows},
+                                "out_of_fold_start_window_ms": {r["fold"]: oof[r["id"]]["start_window_ms"]
+                                                                for r in rows},
+                                "folds": {m: f for m, f in sorted({(r["model"], r["fold"]) for r in rows})}}}
     summary = summarize(rows)
     summary.update(trust_summary(rows))
     summary["start_windows"] = window_curve(rows)
     summary["forms"] = compare_forms(rows, {m: model_facts(m).num_layers for m in {r["model"] for r in rows}})
+    summary["scale_ceiling"] = scale_ceiling(rows)
     summary["counts"].update({"skipped": len(skipped), "csv_rows": meta.get("csv_rows"),
                               "skip_reasons": dict(Counter(reason_class(s["reason"]) for s in skipped).most_common())})
     return {"meta": meta, "summary": summary, "rows": rows, "skipped": skipped}

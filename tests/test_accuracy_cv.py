@@ -91,3 +91,48 @@ def test_the_forms_are_judged_out_of_fold() -> None:
     assert alone["in_sample"]["mape"] == alone["out_of_fold"]["mape"] and alone["in_sample"]["median_signed_error"] < 0
     shipped = forms["constant, median ratio 1 (shipped)"]
     assert shipped["in_sample"]["mape"] < shipped["out_of_fold"]["mape"]     # A's constant is B's, and back
+
+
+def test_models_of_one_network_leave_the_fit_together() -> None:
+    """C2 is C's network under another name (an NVFP4 export, a relabelled measurement): C's rows are predicted
+    by a constant fitted on A and B alone, not on C2's rows, which would carry C's own miss into its fit."""
+    from bench.accuracy_cv import assign_folds
+
+    rows = ([row(i, "A", 100.0, 150.0 + i) for i in range(12)] + [row(i, "B", 100.0, 200.0 + i) for i in range(12)]
+            + [row(i, "C", 100.0, 900.0 + i) for i in range(12)] + [row(i, "C2", 100.0, 900.0 + i) for i in range(12)])
+    assign_folds(rows, {"A": "net-a", "B": "net-b", "C": "net-c", "C2": "net-c"})
+    assert {r["model"]: r["fold"] for r in rows} == {"A": "A", "B": "B", "C": "C", "C2": "C"}
+    oof = out_of_fold(rows)
+    fit_ab = fit([r for r in rows if r["model"] in "AB"])["sglang"]["ms"]
+    for r in rows:
+        if r["model"] in ("C", "C2"):
+            assert oof[r["id"]]["constants"]["sglang"] == fit_ab
+            assert oof[r["id"]]["band_oof"]["ttft_ms"]["p90"] < r["measured"]["ttft_ms"]
+    for r in rows:                                   # without the folds, C2's rows lift C's constant
+        r.pop("fold")
+    assert out_of_fold(rows)[rows[24]["id"]]["constants"]["sglang"] > fit_ab
+
+
+def test_a_measurement_listed_under_two_ids_counts_once() -> None:
+    from bench.accuracy_cv import distinct
+
+    a = [row(i, "A", 100.0, 150.0 + i) for i in range(3)]
+    again = [{**r, "id": f"z-{r['id']}"} for r in a[:2]]          # the same runs under other ids
+    b = [row(i, "B", 100.0, 150.0 + i) for i in range(3)]          # the same numbers, another model: kept
+    assert sorted(r["id"] for r in distinct(a + again + b)) == sorted(r["id"] for r in a + b)
+
+
+def test_the_scale_ceiling_is_the_least_mape_one_factor_per_group_can_reach() -> None:
+    from bench.accuracy_cv import scale_ceiling
+
+    def scored(model: str, backend: str, measured: float, predicted: float) -> dict[str, Any]:
+        return {"model": model, "system": "s", "backend": backend, "precision": "bf16",
+                "measured": {"ttft_ms": measured, "tpot_ms": measured},
+                "predicted_oof": {"ttft_ms": predicted, "tpot_ms": predicted}}
+
+    rows = [scored("A", "vllm", 200.0, 100.0), scored("A", "vllm", 200.0, 100.0),   # off by ×2: a factor fixes it
+            scored("B", "vllm", 100.0, 100.0), scored("B", "vllm", 100.0, 100.0),
+            scored("C", "sglang", 100.0, 100.0), scored("C", "sglang", 300.0, 100.0)]   # spread no factor fixes
+    c = scale_ceiling(rows)["ttft_ms"]
+    assert c["model, SKU, backend, precision"] == pytest.approx((2 / 3) / 6, abs=1e-4)   # only C's spread is left
+    assert c["backend"] > c["model, SKU, backend, precision"]                       # A and B share one factor

@@ -40,7 +40,7 @@ def _table() -> BandTable:
         return Ratio(key, rows, p10, p50, p90)
 
     groups = {"model=a;system=s;backend=vllm": ratio("a", 0.5, 1.0, 2.0), "model=b;system=s;backend=vllm": ratio(
-        "b", 1.0, 2.0, 4.0), "backend=vllm": ratio("backend=vllm", 0.6, 1.2, 2.4), "all": ratio("all", 0.5, 1.0, 2.0)}
+        "b", 1.0, 2.0, 4.0), "backend=vllm": ratio("backend=vllm", 0.5, 1.0, 2.0), "all": ratio("all", 0.6, 1.2, 2.4)}
     return BandTable("test", "", 10, {"ttft_ms": groups, "itl_ms": groups})
 
 
@@ -60,7 +60,7 @@ def test_one_or_two_rows_give_a_shrunk_correction_between_the_prior_and_what_the
     table = _table()
     s = shrinkage(table, "ttft_ms")
     one = fit_calibration([_row(0, 300.0, 10.0)], table).groups[f"model={MODEL};system={SKU};backend={BACKEND}"]
-    m = 1.2                                                          # the group falls back to the backend's band
+    m = 1.2                                                          # the group falls back to every row's band
     ttft = one.metrics["ttft_ms"]
     assert ttft.method == "shrunk" and ttft.rows == 1
     assert ttft.correction == pytest.approx(math.exp(math.log(m) + s.weight(1) * (math.log(3.0) - math.log(m))))

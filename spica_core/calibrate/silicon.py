@@ -356,28 +356,9 @@ def checkpoint_of(model: str) -> Checkpoint:
     from spica_core.space.facts import model_facts
 
     f = model_facts(model)
-    if hasattr(f, "gemm_quant_mode"):
-        gemm, moe = spica_quant(f.gemm_quant_mode), spica_quant(f.moe_quant_mode)
-    else:  # an older ModelFacts: ask AIC the way model_facts does
-        gemm, moe = _aic_checkpoint_modes(model)
+    gemm, moe = spica_quant(f.gemm_quant_mode), spica_quant(f.moe_quant_mode)
     q = moe if (f.is_moe and moe != gemm) else gemm
     return Checkpoint(model, q, gemm, moe, bool(f.is_moe))
-
-
-def _aic_checkpoint_modes(model: str) -> tuple[str, str]:
-    from aiconfigurator_core.sdk.config_builders import build_model_config
-    from aiconfigurator_core.sdk.models import get_model
-
-    last: Exception | None = None
-    for backend in ("trtllm", "vllm", "sglang"):
-        try:
-            mc = build_model_config(tp_size=1, pp_size=1, attention_dp_size=1, moe_tp_size=1, moe_ep_size=1,
-                                    kvcache_quant_mode="bfloat16")
-            m = get_model(model, mc, backend)
-            return spica_quant(m.config.gemm_quant_mode.name), spica_quant(m.config.moe_quant_mode.name)
-        except Exception as exc:  # noqa: BLE001
-            last = exc
-    raise RuntimeError(f"aiconfigurator-core cannot build {model}: {last}")
 
 
 @dataclass(frozen=True)

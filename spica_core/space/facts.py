@@ -69,6 +69,8 @@ class ModelFacts:
     num_layers: int = 0        # decoder layers (the engine dispatches each layer's kernels every pass)
     gemm_quant_mode: str = "bfloat16"  # the checkpoint's own quant modes, as AIC infers them
     moe_quant_mode: str = "bfloat16"
+    network: str = ""          # architecture and layer dimensions: checkpoints of one network (an NVFP4 export,
+                               # a renamed or fine-tuned model) share it, and so do their step timings
 
 
 def bundled_models() -> list[str]:
@@ -142,7 +144,14 @@ def model_facts(model_name: str) -> ModelFacts:
         num_layers=int(parsed.get("layers") or 0),
         gemm_quant_mode=str(gemm),
         moe_quant_mode=str(moe),
+        network=network_of(parsed),
     )
+
+
+def network_of(parsed: dict) -> str:
+    """A network's identity from AIC's parsed config: its architecture and every dimension that shapes a step."""
+    dims = ("layers", "hidden_size", "n", "n_kv", "d", "inter_size", "num_experts", "moe_inter_size", "topk", "vocab")
+    return " ".join([str(parsed["architecture"])] + [f"{k}={parsed.get(k)}" for k in dims])
 
 
 # ---------------------------------------------------------------- systems
