@@ -249,6 +249,25 @@ def distinct(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return out
 
 
+def source_of(row: Mapping[str, Any]) -> str:
+    """Who measured the row: AI Configurator's gap analysis (Dynamo, aiperf) or InferenceX (each engine's server)."""
+    return "AIC gap analysis" if "gap-analysis" in str(row.get("source", "")) else "InferenceX"
+
+
+def constants_per_model(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, dict[str, float | int]]]:
+    """backend -> "model (source)" -> {ms, rows}: the serving constant each model's rows alone would fit (in
+    sample). A diagnostic of what one constant per backend averages over, never shipped."""
+    out: dict[str, dict[str, dict[str, float | int]]] = {}
+    for backend in sorted({r["backend"] for r in rows}):
+        groups: dict[str, list[Mapping[str, Any]]] = {}
+        for r in rows:
+            if r["backend"] == backend:
+                groups.setdefault(f"{r['model']} ({source_of(r)})", []).append(r)
+        out[backend] = {k: {"ms": fit_overhead((r["measured"]["ttft_ms"], raw(r)["ttft_ms"]) for r in v),
+                            "rows": len(v)} for k, v in sorted(groups.items())}
+    return out
+
+
 CEILING_GROUPS = {"backend": ("backend",), "backend, SKU": ("backend", "system"),
                   "model, SKU, backend, precision": ("model", "system", "backend", "precision")}
 
@@ -321,4 +340,4 @@ def compare_forms(rows: Sequence[Mapping[str, Any]], layers: Mapping[str, int]) 
 
 __all__ = ["START_WINDOWS_MS", "window_key", "fit_window", "window_curve", "fit_overhead", "fit_least_mape",
            "compare_forms", "fit", "predict", "assign_folds", "fold_of", "out_of_fold", "in_sample_bands", "coverage",
-           "trust_summary", "distinct", "scale_ceiling", "raw"]
+           "trust_summary", "distinct", "scale_ceiling", "constants_per_model", "source_of", "raw"]

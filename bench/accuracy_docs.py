@@ -196,6 +196,13 @@ def lead_section(summary: dict[str, Any], meta: dict[str, Any]) -> list[str]:
     for b, c in serving.items():
         vals = [f[b] for f in folds.values() if b in f]
         L.append(f"| {b} | {c['ms']:.0f} ms | {min(vals):.0f}–{max(vals):.0f} ms | {c['rows']} |")
+    per_model = summary.get("constants_per_model", {})
+    if per_model:
+        L += ["", "What one constant per backend averages over: the constant each model's rows alone would fit (in "
+              "sample, at the shipped start window; cause 13 reads it):", "",
+              "| backend | model (who measured it) | constant | rows |", "|---|---|---:|---:|"]
+        L += [f"| {b} | {k} | {v['ms']:.0f} ms | {v['rows']} |" for b, groups in per_model.items()
+              for k, v in groups.items()]
     window = meta.get("serving", {}).get("start_window_ms")
     oof_windows = meta.get("serving", {}).get("out_of_fold_start_window_ms", {})
     curve = summary.get("start_windows", {})
@@ -484,13 +491,25 @@ CAUSES = [
     "(of `max_num_tokens` 16,384), so while decodes run a new request is held until 20 iterations pass or 90 % "
     "of the token budget is waiting. At c = 4 on B200 FP8, measured − replay is 284 / 188 / 140 ms at TP 1 / 2 / 4 "
     "against 20 × the measured TPOT of 292 / 194 / 132 ms, and 4–33 ms at TP 8 and at 1k/8k; DeepSeek-R1's "
-    "B200 FP8 recipe holds requests the same way at 1k/1k from CONC 64 (40 iterations, 0.8). Not modelled yet: "
-    "Llama-3.1-70B's rows without the wait need none of the TRT-LLM constant (95 ms then) while the other TRT-LLM models "
-    "need from none to about 160 ms (fitted per model the same way: 0 ms for Qwen3-235B, 112–127 ms for "
-    "Llama-3.1-8B and Qwen3-32B on AIC's gap-analysis rows, 155–157 ms for DeepSeek-V3/R1 on InferenceX's), so "
-    "with one fitted constant per backend the wait moves the Llama rows onto the constant's error: adding the wait (20 or 40 iterations of the replay's mean ITL, fewer when the token ratio fills first) "
-    "to those rows' replays and refitting moved TRT-LLM's out-of-fold TTFT MAPE from 41.2 % to 41.4 % in a one-off "
-    "check on the replays of the file at 1989893, before the start window (not kept). gpt-oss-120b on "
+    "B200 FP8 recipe holds requests the same way at 1k/1k from CONC 64 (40 iterations, 0.8). Not modelled yet, "
+    "because the constant it would sit beside is not one number: Llama-3.1-70B's rows without the wait need "
+    "almost none of the TRT-LLM constant while DeepSeek-R1's InferenceX rows need about 155 ms and AIC's "
+    "gap-analysis rows 110–170 ms (the per-model table under What Spica adds). With one constant per backend the "
+    "wait moves the Llama rows onto the constant's error: adding it (20 or 40 iterations of the replay's mean "
+    "ITL, fewer when the token ratio fills first) and refitting made the out-of-fold TTFT MAPE worse in one-off "
+    "checks (TRT-LLM 41.2 % → 41.4 % on the file at 1989893; overall 32.0 % → 32.8 % on the file at a0aedb1, "
+    "start window fixed at 500 ms). InferenceX's TRT-LLM recipes differ in one serving setting: Llama-3.1-70B's "
+    "start `trtllm-serve` with `--num_postprocess_workers 2` and gpt-oss-120b's with `num_postprocess_workers: 4` "
+    "(TRT-LLM: post-processing, detokenization included, moved out of the main process), DeepSeek-R1's leave it "
+    "at 0; all three set `stream_interval` 10 or 20, which does not hold the first token back (TRT-LLM answers a "
+    "request's first decoding iteration at once). The two models with post-processing workers are the two that "
+    "need the least constant. In the same one-off check, a separate constant fitted on the rows measured with "
+    "them (34 ms; 14 ms with the batch wait) took the out-of-fold TTFT MAPE from 32.0 % to 31.1 % (31.4 % with the "
+    "wait): each of the two models is then predicted from the other's few rows. "
+    "Spica does not ship that: its deployments run behind Dynamo's frontend, which tokenizes and detokenizes "
+    "itself, so no engine-server setting describes them, and its configs have no way to say that a measured "
+    "row was served by the engine's own server. "
+    "gpt-oss-120b on "
     "vLLM / H100 at c = 512: measured TTFT of 20–460 s with the TPOT of a batch of about 8–16; the server kept "
     "most requests waiting, which the replay's KV admission does not reproduce. AIC's gap-analysis rows have no "
     "published client protocol beyond AIC's own template (cause 9).", ""]

@@ -237,8 +237,8 @@ def versions() -> dict[str, Any]:
 def assemble(rows: list[dict[str, Any]], skipped: list[dict[str, str]], meta: dict[str, Any]) -> dict[str, Any]:
     """The accuracy document: the serving constants fitted on every row give ``predicted`` (what ``spica
     evaluate`` prints once they ship), and leave-one-model-out fits give ``predicted_oof`` and ``band_oof``."""
-    from bench.accuracy_cv import (assign_folds, compare_forms, fit_window, in_sample_bands, out_of_fold, predict,
-                                   scale_ceiling, trust_summary, window_curve)
+    from bench.accuracy_cv import (assign_folds, compare_forms, constants_per_model, fit_window, in_sample_bands,
+                                   out_of_fold, predict, scale_ceiling, trust_summary, window_curve)
     from spica_core.space.facts import model_facts
 
     rows = sorted(rows, key=lambda r: r["id"])
@@ -266,6 +266,7 @@ def assemble(rows: list[dict[str, Any]], skipped: list[dict[str, str]], meta: di
     summary["start_windows"] = window_curve(rows)
     summary["forms"] = compare_forms(rows, {m: model_facts(m).num_layers for m in {r["model"] for r in rows}})
     summary["scale_ceiling"] = scale_ceiling(rows)
+    summary["constants_per_model"] = constants_per_model(rows)
     summary["counts"].update({"skipped": len(skipped), "csv_rows": meta.get("csv_rows"),
                               "skip_reasons": dict(Counter(reason_class(s["reason"]) for s in skipped).most_common())})
     return {"meta": meta, "summary": summary, "rows": rows, "skipped": skipped}

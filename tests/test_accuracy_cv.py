@@ -136,3 +136,14 @@ def test_the_scale_ceiling_is_the_least_mape_one_factor_per_group_can_reach() ->
     c = scale_ceiling(rows)["ttft_ms"]
     assert c["model, SKU, backend, precision"] == pytest.approx((2 / 3) / 6, abs=1e-4)   # only C's spread is left
     assert c["backend"] > c["model, SKU, backend, precision"]                       # A and B share one factor
+
+
+def test_each_models_own_constant_is_reported_by_who_measured_it() -> None:
+    from bench.accuracy_cv import constants_per_model
+
+    rows = [row(i, "A", 100.0, 150.0) for i in range(3)] + [row(i, "B", 100.0, 300.0) for i in range(3)]
+    for r in rows[3:]:
+        r["source"] = "source_file=/x/aic-auto-gap-analysis/data.csv"
+    per = constants_per_model(rows)["sglang"]
+    assert per["A (InferenceX)"] == {"ms": pytest.approx(50.0, abs=0.01), "rows": 3}
+    assert per["B (AIC gap analysis)"]["ms"] == pytest.approx(200.0, abs=0.01)
