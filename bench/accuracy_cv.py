@@ -10,7 +10,7 @@ Out of fold, a row of model M is predicted with constants fitted on every row of
 such as an NVFP4 export or the DeepSeek-V3 rows that InferenceX measured serving DeepSeek-R1, leave the fit
 together, so no measurement helps predict itself under another name. Its band (``band_oof``) is the
 quantiles of measured ÷ predicted over the other models' rows, predicted with the same constants, in the
-row's group (the backend's rows, then all rows: its own model's group is never there, as for a model the
+row's group (every row of the other models: its own model's group is never there, as for a model the
 shipped band file has never seen). What ships is fitted on all rows. Nothing here runs a replay: each row
 carries its raw replay (``replay.mean_ttft_ms`` / ``replay.mean_itl_ms``).
 """
@@ -160,12 +160,14 @@ def _band(row: Mapping[str, Any], prediction: Mapping[str, float], table: Mappin
 
 def assign_folds(rows: Sequence[dict[str, Any]], network: Mapping[str, str]) -> None:
     """Set each row's ``fold``: the first model id (in sorted order) of the rows whose model has the same
-    network (``network``: model -> its architecture and dimensions, ``ModelFacts.network``)."""
+    network (``network``: model -> its architecture and dimensions, ``ModelFacts.network``; a model without one
+    is its own fold)."""
+    key = {m: network.get(m) or m for m in {r["model"] for r in rows}}
     first: dict[str, str] = {}
-    for model in sorted({r["model"] for r in rows}):
-        first.setdefault(network[model], model)
+    for model in sorted(key):
+        first.setdefault(key[model], model)
     for r in rows:
-        r["fold"] = first[network[r["model"]]]
+        r["fold"] = first[key[r["model"]]]
 
 
 def fold_of(row: Mapping[str, Any]) -> str:

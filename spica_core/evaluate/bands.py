@@ -102,7 +102,7 @@ def group_keys(model: str, system: str, backend: str) -> tuple[str, ...]:
     measured row, whatever its backend: how far a model nobody has measured lands is the spread between
     models, and one backend's rows come from too few of them. The out-of-fold coverage in
     docs/accuracy.md shows it: predicted for a model left out, with the model's network left out too, the
-    backend's rows held 76 % of TTFTs and 72 % of TPOTs in their p10-p90, every row's 78 % of each."""
+    backend's rows held 76 % of TTFTs and 72 % of TPOTs in their p10-p90, every row's 77 % and 78 %."""
     return (f"model={model};system={system};backend={backend}", "all")
 
 
