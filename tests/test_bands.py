@@ -26,7 +26,7 @@ def ratio(p10: float, p50: float, p90: float, rows: int, **more: float) -> dict[
 
 def band_file(tmp_path: Path, itl_p90: float = 1.3) -> Path:
     doc = {"schema": 1, "aic_version": "0.12.0", "min_rows": 10, "bands": {
-        "ttft_ms": {"all": ratio(0.4, 0.6, 0.9, 100), "backend=vllm": ratio(0.5, 0.8, 1.1, 12)},   # an old file's
+        "ttft_ms": {"all": ratio(0.4, 0.6, 0.9, 100), "backend=vllm": ratio(0.5, 0.8, 1.1, 12)},   # older files carry it
         "itl_ms": {"all": ratio(0.9, 1.1, itl_p90, 100, p95=itl_p90 + 0.1, p99=itl_p90 + 0.3),
                    f"model={MODEL};system={SKU};backend=vllm": ratio(1.0, 1.2, 1.5, 3)},   # too few rows
     }}
