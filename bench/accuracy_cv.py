@@ -74,15 +74,19 @@ def fit_overhead(pairs: Iterable[tuple[float, float]], units: Iterable[float] | 
 def fit_least_mape(pairs: Iterable[tuple[float, float]]) -> float:
     """The constant β ≥ 0 of least mean |replayed + β − measured| ÷ measured: the median of measured − replayed
     weighted by 1 ÷ measured (the loss is convex and piecewise linear in β)."""
-    ok = sorted((m - p, 1.0 / m) for m, p, _ in _valid((m, p, 1.0) for m, p in pairs))
-    if not ok:
-        return 0.0
-    half, seen = sum(w for _, w in ok) / 2, 0.0
-    for gap, w in ok:
+    ok = [(m - p, 1.0 / m) for m, p, _ in _valid((m, p, 1.0) for m, p in pairs)]
+    return round(max(0.0, weighted_median(ok)), 3) if ok else 0.0
+
+
+def weighted_median(values: Iterable[tuple[float, float]]) -> float:
+    """The lower weighted median of (value, weight > 0) pairs: the value of least weighted absolute deviation."""
+    ordered = sorted(values)
+    half, seen = sum(w for _, w in ordered) / 2, 0.0
+    for value, w in ordered:
         seen += w
         if seen >= half:
-            return round(max(0.0, gap), 3)
-    return 0.0
+            return value
+    return ordered[-1][0]
 
 
 def fit(rows: Sequence[Mapping[str, Any]], window: float | None = None) -> dict[str, dict[str, Any]]:
@@ -252,7 +256,8 @@ def distinct(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def source_of(row: Mapping[str, Any]) -> str:
-    """Who measured the row: AI Configurator's gap analysis (Dynamo, aiperf) or InferenceX (each engine's server)."""
+    """Who measured the row: AI Configurator's gap analysis (Dynamo, aiperf) or InferenceX (each engine's server),
+    told apart as ``spica_core.calibrate.silicon.source_kind`` tells a CSV row's."""
     return "AIC gap analysis" if "gap-analysis" in str(row.get("source", "")) else "InferenceX"
 
 
@@ -289,13 +294,7 @@ def scale_ceiling(rows: Sequence[Mapping[str, Any]], prediction: str = "predicte
                     groups.setdefault(tuple(r.get(k) for k in keys), []).append((m, p))
             total, n = 0.0, 0
             for pairs in groups.values():
-                ratios = sorted((m / p, p / m) for m, p in pairs)
-                half, seen, factor = sum(w for _, w in ratios) / 2, 0.0, ratios[-1][0]
-                for x, w in ratios:
-                    seen += w
-                    if seen >= half:
-                        factor = x
-                        break
+                factor = weighted_median((m / p, p / m) for m, p in pairs)
                 total += sum(abs(factor * p / m - 1) for m, p in pairs)
                 n += len(pairs)
             out[metric][label] = round(total / n, 4) if n else float("nan")
@@ -341,5 +340,6 @@ def compare_forms(rows: Sequence[Mapping[str, Any]], layers: Mapping[str, int]) 
 
 
 __all__ = ["START_WINDOWS_MS", "window_key", "fit_window", "window_curve", "fit_overhead", "fit_least_mape",
-           "compare_forms", "fit", "predict", "assign_folds", "fold_of", "out_of_fold", "in_sample_bands", "coverage",
-           "trust_summary", "distinct", "scale_ceiling", "constants_per_model", "source_of", "raw"]
+           "weighted_median", "compare_forms", "fit", "predict", "assign_folds", "fold_of", "out_of_fold",
+           "in_sample_bands", "coverage", "trust_summary", "distinct", "scale_ceiling", "constants_per_model",
+           "source_of", "raw"]

@@ -111,10 +111,10 @@ def staggered_trace(isl: int, osl: int, count: int, lanes: int, window_ms: float
         return path
     blocks = -(-isl // block)
     lines = []
-    for i in range(count):
-        lane, turn = i % lanes, i // lanes
+    for i in sorted(range(count), key=lambda i: (i % lanes, i // lanes)):   # each session's turns in order
+        lane = i % lanes
         row = {"session_id": f"lane-{lane}", "timestamp": round(lane * window_ms / lanes, 3), "delay": 0,
                "input_length": isl, "output_length": osl, "hash_ids": list(range(i * blocks, (i + 1) * blocks))}
-        lines.append((lane, turn, json.dumps(row, separators=(",", ":")) + "\n"))
-    write_file(path, "".join(line for _, _, line in sorted(lines)))
+        lines.append(json.dumps(row, separators=(",", ":")) + "\n")
+    write_file(path, "".join(lines))
     return path

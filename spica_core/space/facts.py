@@ -144,11 +144,11 @@ def model_facts(model_name: str) -> ModelFacts:
         num_layers=int(parsed.get("layers") or 0),
         gemm_quant_mode=str(gemm),
         moe_quant_mode=str(moe),
-        network=network_of(parsed),
+        network=_network(parsed),
     )
 
 
-def network_of(parsed: dict) -> str:
+def _network(parsed: dict) -> str:
     """A network's identity from AIC's parsed config: its architecture and every dimension that shapes a step."""
     dims = ("layers", "hidden_size", "n", "n_kv", "d", "inter_size", "num_experts", "moe_inter_size", "topk", "vocab")
     return " ".join([str(parsed["architecture"])] + [f"{k}={parsed.get(k)}" for k in dims])
